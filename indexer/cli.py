@@ -1,0 +1,196 @@
+"""`indexer` command line: parsing only; each command calls one function of the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from typing import NoReturn, Sequence
+
+import psycopg
+import pydantic
+
+from . import db, planner, queue, settings
+from .errors import IndexerError, first_line, redact
+
+log = logging.getLogger("indexer")
+
+MAX_CHUNK = 1_000_000
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage dump), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {redact(message)} (see --help)\n")
+
+
+def block_number(text: str) -> int:
+    try:
+        value = int(text.replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a block number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"block numbers cannot be negative: {text!r}")
+    return value
+
+
+def chunk_size(text: str) -> int:
+    try:
+        value = int(text.replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of blocks: {text!r}") from None
+    if not 0 < value <= MAX_CHUNK:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_CHUNK:,} blocks, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    common = Parser(add_help=False)
+    common.add_argument("--database-url", metavar="URL", help="overrides INDEXER_DATABASE_URL")
+    common.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    parser = Parser(prog="indexer", description="Backfill EVM chain data into Postgres, coordinated by SKIP LOCKED.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    commands.add_parser("migrate", parents=[common], help="create or upgrade the schema (safe to run concurrently)")
+
+    p = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="split a block range into jobs",
+        description="Split blocks [--from, --to) into jobs of --chunk blocks. --to is exclusive: "
+        "`--from 0 --to 2000000` plans blocks 0..1,999,999 as 200 jobs {\"from\": g, \"to\": g+9999}. "
+        "Blocks already covered by a job (in any state, or archived) are skipped.",
+    )
+    p.add_argument("--from", dest="start", type=block_number, required=True, metavar="BLOCK", help="first block (inclusive)")
+    p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK", help="end block (exclusive)")
+    p.add_argument("--chunk", type=chunk_size, metavar="BLOCKS", help="blocks per job (default 10000; INDEXER_CHUNK)")
+
+    p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
+    p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
+
+    p = commands.add_parser("retry", parents=[common], help="re-queue failed jobs")
+    p.add_argument("--failed", action="store_true", required=True, help="re-queue every failed job")
+
+    p = commands.add_parser("status", parents=[common], help="jobs per status and the oldest pending age")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def cmd_migrate(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        applied = db.migrate(conn)
+    print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; schema is up to date"))
+    return 0
+
+
+def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        result = planner.plan(conn, args.start, args.end, cfg.chunk)
+    print(
+        f"planned {result.jobs_added:,} jobs ({result.blocks_added:,} blocks) for blocks "
+        f"{args.start:,}..{args.end - 1:,}; {result.blocks_already_planned:,} blocks were already planned"
+    )
+    return 0
+
+
+def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        while True:
+            queue.ensure_history_partitions(conn)
+            reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch)
+            failed = sum(r.status == "failed" for r in reaped)
+            if reaped or args.every is None:
+                print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
+            if args.every is None:
+                return 0
+            time.sleep(args.every)
+
+
+def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        n = queue.retry_failed(conn)
+    print(f"re-queued {n} failed job(s)")
+    return 0
+
+
+def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        st = queue.status(conn)
+    if args.json:
+        print(json.dumps({"jobs": st.counts, "oldest_pending_age_seconds": st.oldest_pending_age_seconds}))
+        return 0
+    for name, n in st.counts.items():
+        print(f"{name:<8} {n:>10,}")
+    age = st.oldest_pending_age_seconds
+    print(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
+    return 0
+
+
+COMMANDS = {
+    "migrate": cmd_migrate,
+    "plan": cmd_plan,
+    "reap": cmd_reap,
+    "retry": cmd_retry,
+    "status": cmd_status,
+}
+
+# CLI flags that override a setting of the same name.
+SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "lease_seconds")
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "plan" and args.start >= args.end:
+        parser.error(f"--from ({args.start}) must be below --to ({args.end}); --to is exclusive")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        cfg = settings.load(**{k: getattr(args, k, None) for k in SETTING_FLAGS})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
+        print(f"indexer: error: {where}: {redact(err['msg'])}", file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        return COMMANDS[args.command](cfg, args)
+    except IndexerError as exc:
+        print(f"indexer {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except psycopg.errors.UndefinedTable as exc:
+        print(f"indexer {args.command}: error: {first_line(exc)}: run `indexer migrate` first", file=sys.stderr)
+        return EXIT_RUNTIME
+    except psycopg.OperationalError as exc:
+        print(f"indexer {args.command}: error: lost the database: {redact(first_line(exc))}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except psycopg.Error as exc:
+        print(f"indexer {args.command}: error: database error: {redact(first_line(exc))}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

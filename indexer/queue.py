@@ -1,0 +1,266 @@
+"""The `jobs` table: enqueue, claim, heartbeat, complete, give back, defer, reap, retry.
+
+Every statement is a named constant below, with bound parameters. Apart from `enqueue`, which
+joins the caller's transaction, each function is one statement meant for an autocommit
+connection: it commits on its own, so no transaction is ever held open while a job runs.
+
+A claim sets a fresh `claim_token`. Heartbeat, completion, give-back and defer all match on
+`(id, claim_token, status = 'running')`, so a worker whose lease was taken back by the reaper
+(and perhaps claimed by someone else) finds zero rows and must stop: that is how "lost claim"
+is detected, with no clock comparison on the worker side.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+NOTIFY_CHANNEL = "indexer_jobs"
+
+# Backoff for attempt n (n >= 1, counted at claim): 30 * 2^n seconds times a jitter in
+# [0.5, 1.5), capped at one hour. The first failure waits 30-90 s. Shared by the reaper and by
+# give-back so both kinds of failure back off alike.
+_BACKOFF = "least(3600, 30 * power(2, least(attempts, 20)) * (0.5 + random()))"
+
+ENQUEUE = """
+INSERT INTO jobs (kind, payload, run_at)
+SELECT %(kind)s, p, coalesce(%(run_at)s, now())
+FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS t(p, n)
+ORDER BY n
+RETURNING id
+"""
+
+# Postgres folds identical notifications within one transaction into one, so enqueueing several
+# times in a transaction still wakes the listeners once, at commit, and never on rollback.
+NOTIFY = "SELECT pg_notify(%(channel)s, '')"
+
+CLAIM = """
+UPDATE jobs
+SET status = 'running',
+    attempts = attempts + 1,
+    locked_by = %(worker)s,
+    claim_token = gen_random_uuid(),
+    locked_until = now() + make_interval(secs => %(lease)s),
+    updated_at = now()
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
+"""
+
+HEARTBEAT = """
+UPDATE jobs
+SET locked_until = now() + make_interval(secs => %(lease)s),
+    cursor = coalesce(%(cursor)s, cursor),
+    updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+RETURNING locked_until
+"""
+
+# Delete from the hot table and archive in one statement: a job is never in both, or neither.
+COMPLETE = """
+WITH finished AS (
+    DELETE FROM jobs
+    WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+    RETURNING id, kind, payload, attempts, locked_by, last_error, created_at
+)
+INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
+SELECT id, kind, payload, 'done', attempts, locked_by, last_error, created_at, now()
+FROM finished
+RETURNING id
+"""
+
+GIVE_BACK = f"""
+UPDATE jobs
+SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
+    run_at = CASE WHEN attempts >= %(max_attempts)s THEN run_at
+                  ELSE now() + make_interval(secs => {_BACKOFF}) END,
+    finished_at = CASE WHEN attempts >= %(max_attempts)s THEN now() END,
+    last_error = %(error)s,
+    cursor = coalesce(%(cursor)s, cursor),
+    locked_by = NULL, claim_token = NULL, locked_until = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+RETURNING status, extract(epoch FROM run_at - now())::float8 AS backoff_seconds
+"""
+
+# Back to pending without spending the attempt the claim counted: for ranges above the safe
+# head and for shutdown (delay 0).
+DEFER = """
+UPDATE jobs
+SET status = 'pending',
+    attempts = greatest(attempts - 1, 0),
+    run_at = now() + make_interval(secs => %(delay)s),
+    cursor = coalesce(%(cursor)s, cursor),
+    locked_by = NULL, claim_token = NULL, locked_until = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+RETURNING id
+"""
+
+REAP = f"""
+WITH expired AS (
+    SELECT id FROM jobs
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status = CASE WHEN j.attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
+    run_at = CASE WHEN j.attempts >= %(max_attempts)s THEN j.run_at
+                  ELSE now() + make_interval(secs => {_BACKOFF}) END,
+    finished_at = CASE WHEN j.attempts >= %(max_attempts)s THEN now() END,
+    last_error = coalesce(j.last_error || '; ', '') || format('lease expired (held by %%s, attempt %%s)', j.locked_by, j.attempts),
+    locked_by = NULL, claim_token = NULL, locked_until = NULL,
+    updated_at = now()
+FROM expired
+WHERE j.id = expired.id
+RETURNING j.id, j.status, extract(epoch FROM j.run_at - now())::float8 AS backoff_seconds
+"""
+
+ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions(%(months_ahead)s)"
+
+RETRY_FAILED = """
+UPDATE jobs
+SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
+WHERE status = 'failed'
+RETURNING id
+"""
+
+STATUS_COUNTS = """
+SELECT status, count(*) FROM jobs GROUP BY status
+UNION ALL
+SELECT 'done', count(*) FROM jobs_history WHERE status = 'done'
+"""
+
+OLDEST_PENDING_AGE = """
+SELECT extract(epoch FROM now() - min(run_at))::float8
+FROM jobs WHERE status = 'pending' AND run_at <= now()
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job held by this worker until `locked_until`, proven by `token`."""
+
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    token: uuid.UUID
+    locked_until: datetime
+    cursor: int | None
+
+
+@dataclass(frozen=True)
+class Reaped:
+    id: int
+    status: str  # 'pending' (to be retried) or 'failed' (out of attempts)
+    backoff_seconds: float
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    kind: str,
+    payloads: Iterable[dict[str, Any]],
+    *,
+    run_at: datetime | None = None,
+) -> list[int]:
+    """Inserts jobs and queues one NOTIFY, inside the caller's transaction if one is open.
+
+    Nothing is visible, and no listener wakes, until that transaction commits.
+    """
+    params = {"kind": kind, "payloads": [Jsonb(p) for p in payloads], "run_at": run_at}
+    if not params["payloads"]:
+        return []
+    # On an autocommit connection the two statements get a transaction of their own; otherwise
+    # they join the caller's (psycopg's transaction() would commit an idle connection's work).
+    with conn.transaction() if conn.autocommit else nullcontext():
+        ids = [row[0] for row in conn.execute(ENQUEUE, params)]
+        conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+    return ids
+
+
+def claim(conn: psycopg.Connection, worker: str, *, lease_seconds: float, limit: int = 1) -> list[Claim]:
+    rows = conn.execute(CLAIM, {"worker": worker, "lease": lease_seconds, "limit": limit}).fetchall()
+    return sorted((Claim(*row) for row in rows), key=lambda c: c.id)
+
+
+def heartbeat(conn: psycopg.Connection, job: Claim, *, lease_seconds: float, cursor: int | None = None) -> bool:
+    """Extends the lease (and records the resume cursor). False: the claim is lost; stop."""
+    params = {"id": job.id, "token": job.token, "lease": lease_seconds, "cursor": cursor}
+    return conn.execute(HEARTBEAT, params).fetchone() is not None
+
+
+def complete(conn: psycopg.Connection, job: Claim) -> bool:
+    """Archives the job as done. False: the claim was lost and the job is not ours to finish."""
+    return conn.execute(COMPLETE, {"id": job.id, "token": job.token}).fetchone() is not None
+
+
+def give_back(
+    conn: psycopg.Connection, job: Claim, error: str, *, max_attempts: int, cursor: int | None = None
+) -> str | None:
+    """Returns a failed job to the queue with backoff, or marks it failed after its last attempt.
+
+    Returns the new status, or None when the claim was already lost.
+    """
+    params = {"id": job.id, "token": job.token, "error": error, "max_attempts": max_attempts, "cursor": cursor}
+    row = conn.execute(GIVE_BACK, params).fetchone()
+    return row[0] if row else None
+
+
+def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0, cursor: int | None = None) -> bool:
+    """Returns the job to pending without spending an attempt. False: the claim was lost."""
+    params = {"id": job.id, "token": job.token, "delay": delay_seconds, "cursor": cursor}
+    return conn.execute(DEFER, params).fetchone() is not None
+
+
+def reap(conn: psycopg.Connection, *, max_attempts: int, batch: int = 500) -> list[Reaped]:
+    """Takes back every expired lease, `batch` rows per statement (each its own transaction).
+
+    SKIP LOCKED lets any number of reapers run at once: each row is taken back by exactly one.
+    """
+    reaped: list[Reaped] = []
+    while True:
+        rows = conn.execute(REAP, {"batch": batch, "max_attempts": max_attempts}).fetchall()
+        reaped.extend(Reaped(*row) for row in rows)
+        if len(rows) < batch:
+            return reaped
+
+
+def ensure_history_partitions(conn: psycopg.Connection, months_ahead: int = 2) -> int:
+    return conn.execute(ENSURE_HISTORY_PARTITIONS, {"months_ahead": months_ahead}).fetchone()[0]
+
+
+def retry_failed(conn: psycopg.Connection) -> int:
+    """Puts every failed job back to pending with fresh attempts; its last error stays visible."""
+    with conn.transaction():
+        ids = conn.execute(RETRY_FAILED).fetchall()
+        if ids:
+            conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+    return len(ids)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    counts: dict[str, int]
+    oldest_pending_age_seconds: float | None
+
+
+def status(conn: psycopg.Connection) -> QueueStatus:
+    counts = dict.fromkeys(("pending", "running", "done", "failed"), 0)
+    for name, n in conn.execute(STATUS_COUNTS):
+        counts[name] += n
+    age = conn.execute(OLDEST_PENDING_AGE).fetchone()[0]
+    return QueueStatus(counts, age)

@@ -1,0 +1,93 @@
+"""Fixtures: a real PostgreSQL (INDEXER_TEST_DATABASE_URL, set up by scripts/test), one fresh
+database per test cloned from a migrated template, and a way to run the `indexer` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from indexer import db
+
+ADMIN_URL = os.environ.get("INDEXER_TEST_DATABASE_URL")
+INDEXER = str(Path(sys.executable).with_name("indexer"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not ADMIN_URL:
+        raise pytest.UsageError("INDEXER_TEST_DATABASE_URL is not set: run the tests with scripts/test")
+
+
+def url_for(dbname: str) -> str:
+    return make_conninfo(ADMIN_URL, dbname=dbname)
+
+
+def create_database(name: str, template: str | None = None) -> str:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        if template:
+            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    return url_for(name)
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def template_db() -> Iterator[str]:
+    """A database with every migration applied, cloned by each test."""
+    name = f"skiplock_template_{os.getpid()}"
+    drop_database(name)
+    with db.connect(create_database(name)) as conn:
+        db.migrate(conn)
+    yield name
+    drop_database(name)
+
+
+@pytest.fixture
+def db_url(template_db: str) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template_db)
+    yield url
+    drop_database(name)
+
+
+@pytest.fixture
+def blank_db_url() -> Iterator[str]:
+    name = f"blank_{uuid.uuid4().hex[:12]}"
+    url = create_database(name)
+    yield url
+    drop_database(name)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with db.connect(db_url) as c:
+        yield c
+
+
+def run_indexer(*args: str, db_url: str | None = None, env: dict[str, str] | None = None,
+                cwd: Path | str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Runs the installed `indexer` console script, as a user would, with no INDEXER_ variable
+    from the test's own environment leaking in."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+    full_env["PATH"] = os.environ.get("PATH", "")
+    if db_url:
+        full_env["INDEXER_DATABASE_URL"] = db_url
+    full_env.update(env or {})
+    return subprocess.run([INDEXER, *args], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or Path(__file__).parent)
+
+
+def dbname(url: str) -> str:
+    return conninfo_to_dict(url)["dbname"]

@@ -1,0 +1,72 @@
+"""`indexer migrate`: idempotent, safe when run concurrently, and the jobs table as designed."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psycopg
+
+from indexer import db
+
+from .conftest import INDEXER, run_indexer
+
+
+def applied(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def test_migrate_twice_is_a_no_op_the_second_time(blank_db_url):
+    first = run_indexer("migrate", db_url=blank_db_url)
+    assert first.returncode == 0, first.stderr
+    assert "001_jobs" in first.stdout
+    second = run_indexer("migrate", db_url=blank_db_url)
+    assert second.returncode == 0, second.stderr
+    assert "applied 0 migration(s); schema is up to date" in second.stdout
+    assert applied(blank_db_url) == [p.stem for p in db.migration_files()]
+
+
+def test_migrate_twice_at_once_is_safe(blank_db_url):
+    env = {"INDEXER_DATABASE_URL": blank_db_url, "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([INDEXER, "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outs
+    assert sum("schema is up to date" in out for out, _ in outs) == 3
+    assert applied(blank_db_url) == [p.stem for p in db.migration_files()]
+
+
+def test_jobs_table_has_the_articles_columns_and_the_claim_index(conn):
+    columns = {r[0]: r[1] for r in conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'jobs'")}
+    article = {
+        "id": "bigint", "kind": "text", "payload": "jsonb", "status": "text",
+        "run_at": "timestamp with time zone", "attempts": "integer", "locked_by": "text",
+        "claim_token": "uuid", "locked_until": "timestamp with time zone",
+        "created_at": "timestamp with time zone",
+    }
+    assert {k: columns.get(k) for k in article} == article
+    assert {"last_error", "cursor", "updated_at", "finished_at"} <= columns.keys()
+    index = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_claimable_idx'").fetchone()[0]
+    assert "(run_at, id) WHERE (status = 'pending'::text)" in index
+
+
+def test_jobs_table_storage_keeps_heartbeats_hot_and_vacuums_by_count(conn):
+    options = dict(o.split("=") for o in conn.execute(
+        "SELECT reloptions FROM pg_class WHERE relname = 'jobs'").fetchone()[0])
+    assert int(options["fillfactor"]) < 100
+    assert options["autovacuum_vacuum_scale_factor"] == "0"
+    assert int(options["autovacuum_vacuum_threshold"]) > 0
+    # No index covers a column a heartbeat writes, so heartbeats can be HOT updates.
+    indexed = {r[0] for r in conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+        " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'jobs'::regclass")}
+    assert indexed.isdisjoint({"locked_until", "cursor", "updated_at"})
+
+
+def test_history_is_partitioned_by_time(conn):
+    strategy = conn.execute(
+        "SELECT partstrat, a.attname FROM pg_partitioned_table p"
+        " JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]"
+        " WHERE partrelid = 'jobs_history'::regclass").fetchone()
+    assert strategy == ("r", "finished_at")

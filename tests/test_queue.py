@@ -1,0 +1,252 @@
+"""The queue against a real PostgreSQL: claims, leases, tokens, the reaper, enqueue."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import psycopg
+import pytest
+
+from indexer import db, planner, queue
+
+LEASE = 30.0
+
+
+def make_runnable(conn: psycopg.Connection, job_id: int) -> None:
+    """Test shortcut: skip a job's backoff wait."""
+    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job_id,))
+
+
+def expire(conn: psycopg.Connection, job_id: int) -> None:
+    """Test shortcut: the lease runs out, as if the worker stalled for longer than it."""
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job_id,))
+
+
+def _claim_loop(url: str, worker: str) -> None:
+    with db.connect(url) as conn:
+        while claims := queue.claim(conn, worker, lease_seconds=LEASE):
+            (job,) = claims
+            conn.execute(
+                "INSERT INTO claim_log (job_id, token, worker, claimed_at) VALUES (%s, %s, %s, clock_timestamp())",
+                (job.id, job.token, worker),
+            )
+            assert queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=job.payload["from"])
+            assert queue.complete(conn, job)
+            conn.execute("UPDATE claim_log SET completed_at = clock_timestamp() WHERE token = %s", (job.token,))
+
+
+def test_ten_workers_claim_every_job_exactly_once(db_url, conn):
+    conn.execute(
+        "CREATE TABLE claim_log (job_id bigint, token uuid, worker text,"
+        " claimed_at timestamptz, completed_at timestamptz)"
+    )
+    planner.plan(conn, 0, 2_000_000, 10_000)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_claim_loop, args=(db_url, f"worker-{i}")) for i in range(10)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 10
+
+    log = conn.execute("SELECT job_id, token, worker, claimed_at, completed_at FROM claim_log").fetchall()
+    job_ids = [row[0] for row in log]
+    assert len(job_ids) == 200 and len(set(job_ids)) == 200, "a job was claimed twice"
+    assert len({row[1] for row in log}) == 200, "claim tokens must be fresh per claim"
+    assert len({row[2] for row in log}) > 1, "the work should have been shared"
+    assert all(row[4] is not None for row in log)
+    # No interval in which two claims held the same job (each job had one claim, so this also
+    # holds trivially; the interval check stays for when retries add more claims per job).
+    by_job: dict[int, list] = {}
+    for job_id, _, _, start, end in log:
+        by_job.setdefault(job_id, []).append((start, end))
+    for spans in by_job.values():
+        spans.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    done = conn.execute("SELECT status, count(*) FROM jobs_history GROUP BY 1").fetchall()
+    assert done == [("done", 200)]
+
+
+def test_a_stale_claim_cannot_heartbeat_or_complete(conn):
+    (job_id,) = queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    (stale,) = queue.claim(conn, "stalled-worker", lease_seconds=LEASE)
+    expire(conn, job_id)
+    (reaped,) = queue.reap(conn, max_attempts=5)
+    assert (reaped.id, reaped.status) == (job_id, "pending")
+    make_runnable(conn, job_id)
+    (fresh,) = queue.claim(conn, "other-worker", lease_seconds=LEASE)
+    assert fresh.id == stale.id and fresh.token != stale.token and fresh.attempts == 2
+
+    assert not queue.heartbeat(conn, stale, lease_seconds=LEASE, cursor=5)
+    assert not queue.complete(conn, stale)
+    assert queue.give_back(conn, stale, "late error", max_attempts=5) is None
+    assert not queue.defer(conn, stale)
+    row = conn.execute("SELECT status, locked_by, claim_token, cursor FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == ("running", "other-worker", fresh.token, None)
+
+    assert queue.heartbeat(conn, fresh, lease_seconds=LEASE, cursor=7)
+    assert conn.execute("SELECT cursor FROM jobs WHERE id = %s", (job_id,)).fetchone()[0] == 7
+    assert queue.complete(conn, fresh)
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert conn.execute("SELECT id, status, attempts, locked_by FROM jobs_history").fetchall() == [
+        (job_id, "done", 2, "other-worker")
+    ]
+
+
+def test_a_lease_that_has_not_expired_is_not_reaped(conn):
+    queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
+    assert queue.reap(conn, max_attempts=5) == []
+    assert queue.heartbeat(conn, job, lease_seconds=LEASE)
+
+
+def test_the_reaper_backs_off_in_the_articles_windows_then_fails_the_job(conn):
+    (job_id,) = queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    windows = {1: (30, 90), 2: (60, 180), 3: (120, 360), 4: (240, 720)}
+    for attempt in range(1, 6):
+        make_runnable(conn, job_id)
+        (job,) = queue.claim(conn, f"w{attempt}", lease_seconds=LEASE)
+        assert job.attempts == attempt
+        expire(conn, job_id)
+        (reaped,) = queue.reap(conn, max_attempts=5)
+        if attempt < 5:
+            lo, hi = windows[attempt]
+            assert reaped.status == "pending"
+            assert lo <= reaped.backoff_seconds <= hi, (attempt, reaped.backoff_seconds)
+    assert reaped.status == "failed"
+    status, attempts, error, token = conn.execute(
+        "SELECT status, attempts, last_error, claim_token FROM jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert (status, attempts, token) == ("failed", 5, None)
+    assert "lease expired (held by w5, attempt 5)" in error
+    assert queue.claim(conn, "w", lease_seconds=LEASE) == []
+
+
+def test_backoff_is_capped_at_one_hour(conn):
+    (job_id,) = queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    conn.execute("UPDATE jobs SET attempts = 11 WHERE id = %s", (job_id,))
+    queue.claim(conn, "w", lease_seconds=LEASE)
+    expire(conn, job_id)
+    (reaped,) = queue.reap(conn, max_attempts=50)
+    assert reaped.status == "pending"
+    assert 3599 <= reaped.backoff_seconds <= 3600
+
+
+def test_backoff_has_jitter(conn):
+    ids = queue.enqueue(conn, "index_blocks", [{"from": i, "to": i} for i in range(20)])
+    queue.claim(conn, "w", lease_seconds=LEASE, limit=20)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second'")
+    reaped = queue.reap(conn, max_attempts=5, batch=7)  # several bounded batches
+    assert sorted(r.id for r in reaped) == ids
+    assert len({round(r.backoff_seconds, 3) for r in reaped}) > 10
+
+
+def test_give_back_keeps_the_error_and_fails_after_the_last_attempt(conn):
+    (job_id,) = queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    for attempt in range(1, 4):
+        make_runnable(conn, job_id)
+        (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
+        new_status = queue.give_back(conn, job, f"rpc error #{attempt}", max_attempts=3, cursor=attempt)
+        assert new_status == ("failed" if attempt == 3 else "pending")
+    row = conn.execute("SELECT status, attempts, last_error, cursor, finished_at IS NOT NULL FROM jobs").fetchone()
+    assert row == ("failed", 3, "rpc error #3", 3, True)
+
+
+def test_give_back_backs_off(conn):
+    queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
+    queue.give_back(conn, job, "boom", max_attempts=5)
+    wait = conn.execute("SELECT extract(epoch FROM run_at - now()) FROM jobs").fetchone()[0]
+    assert 29 <= wait <= 90
+    assert queue.claim(conn, "w", lease_seconds=LEASE) == []
+
+
+def test_defer_spends_no_attempt(conn):
+    queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
+    assert queue.defer(conn, job, delay_seconds=0, cursor=4)
+    (again,) = queue.claim(conn, "w", lease_seconds=LEASE)
+    assert (again.attempts, again.cursor) == (1, 4)
+    assert queue.defer(conn, again, delay_seconds=120)
+    assert queue.claim(conn, "w", lease_seconds=LEASE) == []
+
+
+def test_claims_come_in_run_at_order_and_batches(conn):
+    ids = queue.enqueue(conn, "index_blocks", [{"from": i, "to": i} for i in range(5)])
+    conn.execute("UPDATE jobs SET run_at = now() - make_interval(secs => id) WHERE id = %s", (ids[3],))
+    first = queue.claim(conn, "w", lease_seconds=LEASE)
+    assert [c.id for c in first] == [ids[3]]
+    batch = queue.claim(conn, "w", lease_seconds=LEASE, limit=10)
+    assert [c.id for c in batch] == [ids[0], ids[1], ids[2], ids[4]]
+    assert len({c.token for c in batch}) == 4
+
+
+def test_retry_failed_requeues_with_fresh_attempts(conn):
+    (job_id,) = queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
+    (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
+    queue.give_back(conn, job, "bad block", max_attempts=1)
+    assert queue.retry_failed(conn) == 1
+    row = conn.execute("SELECT status, attempts, last_error FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == ("pending", 0, "bad block")
+    assert [c.id for c in queue.claim(conn, "w", lease_seconds=LEASE)] == [job_id]
+
+
+def test_enqueue_rolled_back_leaves_no_job_and_no_notification(db_url, conn):
+    with db.connect(db_url) as listener:
+        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        with db.connect(db_url, autocommit=False) as caller:
+            caller.execute("CREATE TEMP TABLE business (x int)")
+            caller.execute("INSERT INTO business VALUES (1)")
+            queue.enqueue(caller, "index_blocks", [{"from": 0, "to": 9}])
+            caller.rollback()
+        assert list(listener.notifies(timeout=0.5)) == []
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_enqueue_committed_gives_the_jobs_and_one_notification(db_url, conn):
+    with db.connect(db_url) as listener:
+        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        with db.connect(db_url, autocommit=False) as caller:
+            queue.enqueue(caller, "index_blocks", [{"from": 0, "to": 9}])
+            queue.enqueue(caller, "index_blocks", [{"from": 10, "to": 19}, {"from": 20, "to": 29}])
+            # Not visible, and nobody woken, before the caller's commit.
+            assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+            assert list(listener.notifies(timeout=0.2)) == []
+            caller.commit()
+        notes = list(listener.notifies(timeout=1.0))
+    assert len(notes) == 1
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'pending'").fetchone()[0] == 3
+
+
+def test_the_claim_query_uses_the_partial_index(conn):
+    planner.plan(conn, 0, 2_000_000, 100)  # 20,000 jobs
+    claimed = queue.claim(conn, "w", lease_seconds=LEASE, limit=500)
+    for job in claimed[:250]:
+        queue.complete(conn, job)
+    conn.execute("ANALYZE jobs")
+    params = {"worker": "w", "lease": LEASE, "limit": 1}
+    plan = conn.execute("EXPLAIN " + queue.CLAIM, params).fetchall()
+    text = "\n".join(row[0] for row in plan)
+    assert "jobs_claimable_idx" in text, text
+
+
+def test_status_counts_every_state(conn):
+    planner.plan(conn, 0, 50, 10)
+    a, b, c = queue.claim(conn, "w", lease_seconds=LEASE, limit=3)
+    queue.complete(conn, a)
+    queue.give_back(conn, b, "x", max_attempts=1)
+    st = queue.status(conn)
+    assert st.counts == {"pending": 2, "running": 1, "done": 1, "failed": 1}
+    assert st.oldest_pending_age_seconds is not None and st.oldest_pending_age_seconds >= 0
+
+
+def test_history_partitions_are_made_ahead_and_idempotently(conn):
+    months = conn.execute(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'jobs_history'::regclass"
+    ).fetchone()[0]
+    assert months >= 4  # this month, two ahead, and the default
+    assert queue.ensure_history_partitions(conn, 2) == 0
+    assert queue.ensure_history_partitions(conn, 5) == 3
