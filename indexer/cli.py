@@ -13,7 +13,7 @@ from typing import NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, planner, queue, settings
+from . import db, planner, pool, queue, settings
 from .errors import IndexerError, first_line, redact
 
 log = logging.getLogger("indexer")
@@ -50,6 +50,16 @@ def chunk_size(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -82,6 +92,18 @@ def build_parser() -> Parser:
     p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK", help="end block (exclusive)")
     p.add_argument("--chunk", type=chunk_size, metavar="BLOCKS", help="blocks per job (default 10000; INDEXER_CHUNK)")
 
+    p = commands.add_parser(
+        "work",
+        parents=[common],
+        help="run a pool of workers that index the planned jobs",
+        description="Claim jobs, fetch their blocks, transactions, receipts and logs over JSON-RPC, "
+        "and write them to Postgres. Runs the reaper too. SIGTERM/SIGINT gives running jobs back and exits 0.",
+    )
+    p.add_argument("--rpc-url", metavar="URL[,URL...]", help="overrides INDEXER_RPC_URL; several for failover")
+    p.add_argument("--workers", type=positive_int, metavar="N", help="worker processes (default: CPU count; INDEXER_WORKERS)")
+    p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 100; INDEXER_BATCH_SIZE)")
+    p.add_argument("--drain", action="store_true", help="exit when no job is pending or running; exit 1 if any failed")
+
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
     p.add_argument("--max-attempts", type=int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
@@ -111,11 +133,15 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    return pool.Pool(cfg, drain=args.drain, log_level=args.log_level).run()
+
+
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
         while True:
             queue.ensure_history_partitions(conn)
-            reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch)
+            reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch, backoff_base=cfg.backoff_base_seconds)
             failed = sum(r.status == "failed" for r in reaped)
             if reaped or args.every is None:
                 print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
@@ -147,6 +173,7 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
 COMMANDS = {
     "migrate": cmd_migrate,
     "plan": cmd_plan,
+    "work": cmd_work,
     "reap": cmd_reap,
     "retry": cmd_retry,
     "status": cmd_status,
@@ -171,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
-        print(f"indexer: error: {where}: {redact(err['msg'])}", file=sys.stderr)
+        message = err["msg"].removeprefix("Value error, ")
+        print(f"indexer {args.command}: error: {where}: {redact(message)}", file=sys.stderr)
         return EXIT_USAGE
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:

@@ -21,12 +21,16 @@ PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 
 # The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
 UNCOVERED_RANGES = """
-WITH covered AS (
-    SELECT int8range((payload->>'from')::bigint, (payload->>'to')::bigint, '[]') AS r
-    FROM jobs WHERE kind = %(kind)s
+WITH payloads AS (
+    SELECT payload FROM jobs WHERE kind = %(kind)s
     UNION ALL
-    SELECT int8range((payload->>'from')::bigint, (payload->>'to')::bigint, '[]')
-    FROM jobs_history WHERE kind = %(kind)s
+    SELECT payload FROM jobs_history WHERE kind = %(kind)s
+), covered AS (
+    -- A malformed payload (the worker fails such jobs) covers nothing.
+    SELECT int8range((payload->>'from')::bigint, (payload->>'to')::bigint, '[]') AS r
+    FROM payloads
+    WHERE payload->>'from' ~ '^[0-9]{1,18}$' AND payload->>'to' ~ '^[0-9]{1,18}$'
+      AND (payload->>'from')::bigint <= (payload->>'to')::bigint
 )
 SELECT lower(u), upper(u)
 FROM unnest(

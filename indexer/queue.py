@@ -23,10 +23,11 @@ from psycopg.types.json import Jsonb
 
 NOTIFY_CHANNEL = "indexer_jobs"
 
-# Backoff for attempt n (n >= 1, counted at claim): 30 * 2^n seconds times a jitter in
-# [0.5, 1.5), capped at one hour. The first failure waits 30-90 s. Shared by the reaper and by
-# give-back so both kinds of failure back off alike.
-_BACKOFF = "least(3600, 30 * power(2, least(attempts, 20)) * (0.5 + random()))"
+# Backoff for attempt n (n >= 1, counted at claim): base * 2^n seconds times a jitter in
+# [0.5, 1.5), capped at one hour. With the article's base of 30 s the first failure waits
+# 30-90 s. Shared by the reaper and by give-back so both kinds of failure back off alike.
+BACKOFF_BASE_SECONDS = 30.0
+_BACKOFF = "least(3600, %(backoff_base)s * power(2, least(attempts, 20)) * (0.5 + random()))"
 
 ENQUEUE = """
 INSERT INTO jobs (kind, payload, run_at)
@@ -144,6 +145,11 @@ UNION ALL
 SELECT 'done', count(*) FROM jobs_history WHERE status = 'done'
 """
 
+HAS_UNFINISHED_JOBS = "SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'running'))"
+
+# Seconds until the earliest pending job may be claimed (negative: one is due now).
+NEXT_DUE = "SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = 'pending'"
+
 OLDEST_PENDING_AGE = """
 SELECT extract(epoch FROM now() - min(run_at))::float8
 FROM jobs WHERE status = 'pending' AND run_at <= now()
@@ -209,13 +215,22 @@ def complete(conn: psycopg.Connection, job: Claim) -> bool:
 
 
 def give_back(
-    conn: psycopg.Connection, job: Claim, error: str, *, max_attempts: int, cursor: int | None = None
+    conn: psycopg.Connection,
+    job: Claim,
+    error: str,
+    *,
+    max_attempts: int,
+    cursor: int | None = None,
+    backoff_base: float = BACKOFF_BASE_SECONDS,
 ) -> str | None:
     """Returns a failed job to the queue with backoff, or marks it failed after its last attempt.
 
     Returns the new status, or None when the claim was already lost.
     """
-    params = {"id": job.id, "token": job.token, "error": error, "max_attempts": max_attempts, "cursor": cursor}
+    params = {
+        "id": job.id, "token": job.token, "error": error, "max_attempts": max_attempts,
+        "cursor": cursor, "backoff_base": backoff_base,
+    }
     row = conn.execute(GIVE_BACK, params).fetchone()
     return row[0] if row else None
 
@@ -226,14 +241,17 @@ def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0, c
     return conn.execute(DEFER, params).fetchone() is not None
 
 
-def reap(conn: psycopg.Connection, *, max_attempts: int, batch: int = 500) -> list[Reaped]:
+def reap(
+    conn: psycopg.Connection, *, max_attempts: int, batch: int = 500, backoff_base: float = BACKOFF_BASE_SECONDS
+) -> list[Reaped]:
     """Takes back every expired lease, `batch` rows per statement (each its own transaction).
 
     SKIP LOCKED lets any number of reapers run at once: each row is taken back by exactly one.
     """
     reaped: list[Reaped] = []
     while True:
-        rows = conn.execute(REAP, {"batch": batch, "max_attempts": max_attempts}).fetchall()
+        params = {"batch": batch, "max_attempts": max_attempts, "backoff_base": backoff_base}
+        rows = conn.execute(REAP, params).fetchall()
         reaped.extend(Reaped(*row) for row in rows)
         if len(rows) < batch:
             return reaped
@@ -250,6 +268,14 @@ def retry_failed(conn: psycopg.Connection) -> int:
         if ids:
             conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
     return len(ids)
+
+
+def has_unfinished_jobs(conn: psycopg.Connection) -> bool:
+    return conn.execute(HAS_UNFINISHED_JOBS).fetchone()[0]
+
+
+def next_due_seconds(conn: psycopg.Connection) -> float | None:
+    return conn.execute(NEXT_DUE).fetchone()[0]
 
 
 @dataclass(frozen=True)

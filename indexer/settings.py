@@ -7,8 +7,12 @@ an environment variable.
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .rpc import parse_urls
 
 
 class Settings(BaseSettings):
@@ -25,7 +29,34 @@ class Settings(BaseSettings):
     chunk: int = Field(10_000, gt=0, description="blocks per job made by `indexer plan`")
     lease_seconds: float = Field(60.0, gt=0, description="how long a claim holds a job without a heartbeat")
     max_attempts: int = Field(5, gt=0, description="claims a job gets before it is marked failed")
+    backoff_base_seconds: float = Field(
+        30.0, gt=0, description="retry n waits base * 2^n s, jittered by 0.5-1.5x, at most one hour"
+    )
     reap_batch: int = Field(500, gt=0, description="expired leases taken back per reaper statement")
+    reap_seconds: float = Field(15.0, gt=0, description="how often `indexer work` runs the reaper")
+
+    workers: int = Field(default_factory=lambda: os.cpu_count() or 2, gt=0, description="worker processes of `indexer work`")
+    batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction")
+    poll_seconds: float = Field(30.0, gt=0, description="idle workers look for work at least this often, NOTIFY or not")
+    defer_seconds: float = Field(15.0, ge=0, description="wait before retrying a job that reaches past the safe head")
+    confirmations: int = Field(12, ge=0, description="blocks below the head treated as safe when the node has no finalized block")
+    use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
+
+    rpc_batch: int = Field(100, gt=0, description="JSON-RPC calls per HTTP request (halved automatically if the node refuses)")
+    rpc_in_flight: int = Field(4, gt=0, description="batches each worker fetches concurrently")
+    rpc_timeout: float = Field(30.0, gt=0, description="seconds to wait for one HTTP answer")
+    rpc_max_attempts: int = Field(8, gt=0, description="tries per JSON-RPC batch before the job is given back")
+    rpc_rate_limit: float = Field(0.0, ge=0, description="JSON-RPC calls per second per endpoint; 0 for no limit")
+
+    @field_validator("rpc_url")
+    @classmethod
+    def _valid_rpc_urls(cls, value: str) -> str:
+        parse_urls(value)
+        return value
+
+    @property
+    def rpc_urls(self) -> list[str]:
+        return parse_urls(self.rpc_url)
 
 
 def load(**overrides: object) -> Settings:

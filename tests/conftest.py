@@ -91,3 +91,14 @@ def run_indexer(*args: str, db_url: str | None = None, env: dict[str, str] | Non
 
 def dbname(url: str) -> str:
     return conninfo_to_dict(url)["dbname"]
+
+
+@pytest.fixture(scope="session")
+def chain_node():
+    """One anvil with a built chain (about 35 blocks, ~120 transactions, ~100 logs), shared by the
+    tests that only read it."""
+    from .anvil import Anvil, build_chain
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=20)
+        yield node

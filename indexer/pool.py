@@ -1,0 +1,181 @@
+"""`indexer work`: checks, then a pool of worker processes, the reaper, and the progress line.
+
+The pool process itself indexes nothing. It
+- refuses to start on a database without the schema, an endpoint that is unreachable or serves
+  another chain than the one the database holds;
+- starts `workers` processes and restarts any that dies (a crash, an OOM kill, kill -9);
+- runs the reaper every `reap_seconds`, so expired leases come back without a separate service
+  (any number of pools may do so at once: the reaper uses SKIP LOCKED);
+- forwards SIGTERM/SIGINT: each worker gives its job back, and the pool exits 0;
+- with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import sys
+import time
+
+import psycopg
+
+from . import chain, db, queue, store, worker
+from .errors import IndexerError, first_line, redact
+from .rpc import RpcClient
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_TTY = 1.0
+PROGRESS_EVERY_LOG = 60.0
+
+COUNT_FAILED = "SELECT count(*) FROM jobs WHERE status = 'failed'"
+
+
+def check_chain(cfg: Settings) -> int:
+    """Every endpoint must answer and serve the chain this database indexes (recorded on first
+    use). Returns the chain id."""
+    ids = {}
+    for url in cfg.rpc_urls:
+        client = RpcClient([url], timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts)
+        ids[client.endpoints[0].label] = chain.chain_id(client)
+    if len(set(ids.values())) > 1:
+        raise IndexerError(f"the RPC endpoints serve different chains: {ids}")
+    chain_id = next(iter(ids.values()))
+    with db.connect(cfg.database_url) as conn:
+        recorded = store.record_chain_id(conn, chain_id)
+    if recorded != chain_id:
+        raise IndexerError(
+            f"this database indexes chain {recorded}, but {', '.join(ids)} serves chain {chain_id}; refusing to start"
+        )
+    return chain_id
+
+
+class Pool:
+    def __init__(self, cfg: Settings, *, drain: bool, log_level: str) -> None:
+        self.cfg = cfg
+        self.drain = drain
+        self.log_level = log_level
+        self.ctx = multiprocessing.get_context("spawn")
+        self.counters = worker.Counters(self.ctx.Value("q", 0), self.ctx.Value("q", 0))
+        self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.finished: set[int] = set()
+        self.stopping = False
+
+    def _start(self, slot: int) -> None:
+        p = self.ctx.Process(
+            target=worker.main,
+            args=(self.cfg, self.drain, self.counters, self.log_level),
+            name=f"worker-{slot}",
+            daemon=False,
+        )
+        p.start()
+        self.procs[slot] = p
+
+    def _request_stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        check_chain(self.cfg)
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        for slot in range(self.cfg.workers):
+            self._start(slot)
+        log.info("started %d worker(s)", self.cfg.workers)
+        conn: psycopg.Connection | None = None
+        next_reap = time.monotonic()
+        progress = Progress(self.counters)
+        try:
+            while not self.stopping:
+                self._supervise()
+                if self.drain and len(self.finished) == len(self.procs):
+                    break
+                if time.monotonic() >= next_reap:
+                    conn = self._reap(conn)
+                    next_reap = time.monotonic() + self.cfg.reap_seconds
+                progress.maybe_print()
+                time.sleep(0.2)
+        finally:
+            self._stop_workers()
+            progress.done()
+            if conn is not None:
+                conn.close()
+        if self.drain and not self.stopping:
+            with db.connect(self.cfg.database_url) as c:
+                failed = c.execute(COUNT_FAILED).fetchone()[0]
+            if failed:
+                print(f"indexer work: {failed} job(s) failed; see `indexer status`", file=sys.stderr)
+                return 1
+        return 0
+
+    def _supervise(self) -> None:
+        for slot, p in list(self.procs.items()):
+            if p.is_alive() or slot in self.finished:
+                continue
+            if self.drain and p.exitcode == 0:
+                self.finished.add(slot)  # found the queue empty
+            elif not self.stopping:
+                log.warning("worker %s exited with code %s; starting another", p.name, p.exitcode)
+                self._start(slot)
+
+    def _reap(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        try:
+            if conn is None or conn.closed:
+                conn = db.connect(self.cfg.database_url, application_name="indexer reaper")
+            queue.ensure_history_partitions(conn)
+            reaped = queue.reap(
+                conn, max_attempts=self.cfg.max_attempts, batch=self.cfg.reap_batch,
+                backoff_base=self.cfg.backoff_base_seconds,
+            )
+            for r in reaped:
+                log.warning("reaped job %d: lease expired; %s", r.id, "failed" if r.status == "failed" else f"retry in {r.backoff_seconds:.0f} s")
+            return conn
+        except (psycopg.OperationalError, IndexerError) as exc:
+            log.warning("reaper: database unavailable (%s)", redact(first_line(exc)))
+            if conn is not None:
+                conn.close()
+            return None
+
+    def _stop_workers(self) -> None:
+        for p in self.procs.values():
+            if p.is_alive():
+                p.terminate()  # SIGTERM: the worker gives its job back and exits 0
+        deadline = time.monotonic() + max(10.0, self.cfg.rpc_timeout)
+        for p in self.procs.values():
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                log.warning("worker %s did not stop in time; killing it", p.name)
+                p.kill()
+                p.join()
+
+
+class Progress:
+    """A line that rewrites itself on a terminal; an occasional log line otherwise."""
+
+    def __init__(self, counters: worker.Counters) -> None:
+        self.counters = counters
+        self.tty = sys.stderr.isatty()
+        self.started = self.last = time.monotonic()
+        self.last_blocks = 0
+
+    def maybe_print(self) -> None:
+        now = time.monotonic()
+        if now - self.last < (PROGRESS_EVERY_TTY if self.tty else PROGRESS_EVERY_LOG):
+            return
+        blocks, jobs = self.counters.blocks.value, self.counters.jobs.value
+        rate = (blocks - self.last_blocks) / (now - self.last)
+        self.last, self.last_blocks = now, blocks
+        line = f"{jobs:,} jobs done, {blocks:,} blocks indexed, {rate:,.0f} blocks/s"
+        if self.tty:
+            sys.stderr.write(f"\r\033[K{line}")
+            sys.stderr.flush()
+        else:
+            log.info(line)
+
+    def done(self) -> None:
+        blocks, jobs = self.counters.blocks.value, self.counters.jobs.value
+        elapsed = time.monotonic() - self.started
+        if self.tty:
+            sys.stderr.write("\n")
+        log.info("%s jobs done, %s blocks indexed in %.1f s", f"{jobs:,}", f"{blocks:,}", elapsed)

@@ -1,0 +1,88 @@
+"""Rows -> the chain tables: COPY into session-local staging tables, then merge.
+
+Indexing a range again yields the same rows (the queue is at-least-once):
+- a block already stored with the same hash is left alone, and so are its transactions and logs
+  (`ON CONFLICT DO NOTHING`), so a re-run writes no new row versions;
+- a block stored with a different hash (the chain reorganised below the safe head, or a node
+  served a fork) is replaced, and its old transactions and logs are deleted first.
+The caller owns the transaction: the worker puts its heartbeat in the same one, so a worker
+whose claim is gone cannot write anything.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from .chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, Rows
+
+_B, _T, _L = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS))
+
+# Run once per connection. ON COMMIT DELETE ROWS empties them at every commit.
+CREATE_STAGING_TABLES = """
+CREATE TEMP TABLE IF NOT EXISTS stage_blocks (LIKE blocks) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_transactions (LIKE transactions) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_logs (LIKE logs) ON COMMIT DELETE ROWS;
+"""
+
+COPY_BLOCKS = f"COPY stage_blocks ({_B}) FROM STDIN"
+COPY_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
+COPY_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
+
+# Its own statement, before the merge: within one statement the inserts below would still see
+# the rows this deletes and skip the new versions as conflicts.
+DELETE_REPLACED_BLOCK_CONTENTS = """
+WITH replaced AS (
+    SELECT s.number FROM stage_blocks s JOIN blocks b ON b.number = s.number AND b.hash <> s.hash
+), gone AS (
+    DELETE FROM transactions WHERE block_number IN (SELECT number FROM replaced)
+)
+DELETE FROM logs WHERE block_number IN (SELECT number FROM replaced)
+"""
+
+MERGE = f"""
+WITH merged_blocks AS (
+    INSERT INTO blocks ({_B}) SELECT {_B} FROM stage_blocks
+    ON CONFLICT (number) DO UPDATE SET ({_B}) = ROW({", ".join(f"excluded.{c}" for c in BLOCK_COLUMNS)})
+    WHERE blocks.hash IS DISTINCT FROM excluded.hash
+), merged_transactions AS (
+    INSERT INTO transactions ({_T}) SELECT {_T} FROM stage_transactions
+    ON CONFLICT (block_number, transaction_index) DO NOTHING
+)
+INSERT INTO logs ({_L}) SELECT {_L} FROM stage_logs
+ON CONFLICT (block_number, log_index) DO NOTHING
+"""
+
+
+def prepare(conn: psycopg.Connection) -> None:
+    """Creates this session's staging tables (psycopg_pool's `configure` hook calls it)."""
+    conn.execute(CREATE_STAGING_TABLES)
+    if not conn.autocommit:
+        conn.commit()
+
+
+def _copy(conn: psycopg.Connection, statement: str, lines: list[str]) -> None:
+    with conn.cursor().copy(statement) as copy:
+        copy.write("\n".join(lines) + "\n")
+
+
+def write(conn: psycopg.Connection, rows: Rows) -> None:
+    """Writes one batch; call inside the caller's transaction."""
+    _copy(conn, COPY_BLOCKS, rows.blocks)
+    if rows.transactions:
+        _copy(conn, COPY_TRANSACTIONS, rows.transactions)
+    if rows.logs:
+        _copy(conn, COPY_LOGS, rows.logs)
+    conn.execute(DELETE_REPLACED_BLOCK_CONTENTS)
+    conn.execute(MERGE)
+
+
+RECORD_CHAIN_ID = """
+INSERT INTO chain (chain_id) VALUES (%(chain_id)s) ON CONFLICT (singleton) DO NOTHING
+"""
+SELECT_CHAIN_ID = "SELECT chain_id FROM chain"
+
+
+def record_chain_id(conn: psycopg.Connection, chain_id: int) -> int:
+    """Records the chain on first use; returns the chain id the database holds."""
+    conn.execute(RECORD_CHAIN_ID, {"chain_id": chain_id})
+    return conn.execute(SELECT_CHAIN_ID).fetchone()[0]

@@ -1,0 +1,312 @@
+"""One worker process: claim a job, index its range batch by batch, complete it; repeat.
+
+Following one job:
+1. `queue.claim` commits at once; the job is ours until `locked_until`, proven by its token.
+2. Its range is cut into batches of `batch_size` blocks, fetched `rpc_in_flight` at a time
+   ahead of the writer (`chain.fetch`).
+3. Each batch is one short transaction: `store.write`, then `queue.heartbeat` (extends the
+   lease, records the resume cursor, checks the token). A heartbeat that finds no row means the
+   reaper took the job back: the transaction, batch and all, is rolled back and the job dropped.
+4. At the end, `queue.complete` archives the job, again only if the token still holds.
+   A range reaching past the safe head is indexed as far as is safe, then deferred.
+Errors give the job back with backoff (`queue.give_back`); SIGTERM/SIGINT gives it back at
+once with no attempt spent (`queue.defer`). The database going away is survived: the worker
+reconnects with backoff and gives back the job it held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Iterator
+
+import psycopg
+import tenacity
+
+from . import chain, queue, store
+from .chain import ChainDataError, Rows
+from .errors import first_line, redact
+from .planner import JOB_KIND
+from .rpc import RpcClient, RpcError
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Worker sessions never sit idle inside a transaction, and no statement of theirs runs long; the
+# server enforces both in case a bug or a stall (SIGSTOP, a paused VM) says otherwise. A stall
+# inside a transaction ends within one lease, so it cannot hide its job from the reaper longer.
+STATEMENT_TIMEOUT_MS = 120_000
+
+CHAIN_DATA_ATTEMPTS = 3
+
+
+class LostClaim(Exception):
+    """The job's lease was taken back (and perhaps claimed by another worker)."""
+
+
+class Stopping(Exception):
+    """SIGTERM/SIGINT arrived while the job ran."""
+
+
+class Counters:
+    """Shared with the pool process for the progress line (multiprocessing.Value objects)."""
+
+    def __init__(self, blocks, jobs) -> None:  # type: ignore[no-untyped-def]
+        self.blocks = blocks
+        self.jobs = jobs
+
+    def add(self, blocks: int = 0, jobs: int = 0) -> None:
+        if blocks:
+            with self.blocks.get_lock():
+                self.blocks.value += blocks
+        if jobs:
+            with self.jobs.get_lock():
+                self.jobs.value += jobs
+
+
+class Worker:
+    def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counters | None = None) -> None:
+        self.cfg = cfg
+        self.drain = drain
+        self.counters = counters
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.stop = threading.Event()
+        self.client = RpcClient(
+            cfg.rpc_urls,
+            timeout=cfg.rpc_timeout,
+            max_attempts=cfg.rpc_max_attempts,
+            max_batch=cfg.rpc_batch,
+            rate_limit=cfg.rpc_rate_limit,
+        )
+        self.fetcher = ThreadPoolExecutor(cfg.rpc_in_flight, thread_name_prefix="fetch")
+        self.use_finalized = cfg.use_finalized
+        self._conn: psycopg.Connection | None = None
+        self._listener: psycopg.Connection | None = None
+        self._held: queue.Claim | None = None
+        self._cursor: int | None = None
+        self._parent = os.getppid()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection:
+        return psycopg.connect(
+            self.cfg.database_url, autocommit=True, application_name=f"indexer worker {self.name}",
+            options=f"-c idle_in_transaction_session_timeout={int(self.cfg.lease_seconds * 1000)}"
+            f" -c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            connect_timeout=10,
+        )
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+            store.prepare(self._conn)
+        return self._conn
+
+    @property
+    def listener(self) -> psycopg.Connection:
+        if self._listener is None or self._listener.closed:
+            self._listener = self._connect()
+            self._listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        return self._listener
+
+    def _drop_connections(self) -> None:
+        for c in (self._conn, self._listener):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:  # already broken; nothing to save
+                    pass
+        self._conn = self._listener = None
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Works until stopped (or, with drain, until no job is pending or running)."""
+        failures = 0
+        while not self.stop.is_set():
+            if os.getppid() != self._parent:
+                log.warning("the pool process is gone; stopping")
+                break
+            try:
+                self._give_back_held_job()
+                claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
+                failures = 0
+                if claims:
+                    self.run_job(claims[0])
+                elif self.drain and not queue.has_unfinished_jobs(self.conn):
+                    break
+                else:
+                    self._wait_for_work()
+            except psycopg.OperationalError as exc:
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("database unavailable (%s); reconnecting in %.1f s", redact(first_line(exc)), delay)
+                self._drop_connections()
+                self.stop.wait(delay)
+        self._give_back_held_job()
+        self.fetcher.shutdown(wait=False, cancel_futures=True)
+        self._drop_connections()
+        return 0
+
+    def _give_back_held_job(self) -> None:
+        """After a reconnect or on shutdown: return the job we still hold, no attempt spent."""
+        if self._held is not None:
+            job, self._held = self._held, None
+            if queue.defer(self.conn, job, cursor=self._cursor):
+                log.info("gave back job %d at block %s", job.id, self._cursor)
+            else:
+                log.warning("lost claim on job %d: its lease was taken back while we were away", job.id)
+
+    def _wait_for_work(self) -> None:
+        """Sleeps until a NOTIFY, the next deferred job is due, or the poll interval passes."""
+        due = queue.next_due_seconds(self.conn)
+        timeout = self.cfg.poll_seconds if due is None else min(self.cfg.poll_seconds, max(due, 0.05))
+        deadline = time.monotonic() + timeout
+        listener = self.listener
+        # Short slices so that a stop request is noticed within a second.
+        while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if list(listener.notifies(timeout=min(left, 1.0), stop_after=1)):
+                return
+
+    # -- one job -------------------------------------------------------------------------------
+
+    def run_job(self, job: queue.Claim) -> None:
+        bounds = _payload_bounds(job)
+        if bounds is None:
+            # Cannot succeed on any retry: fail it now, keeping the reason.
+            queue.give_back(self.conn, job, f"malformed job: kind {job.kind!r}, payload {job.payload!r}", max_attempts=0)
+            log.error("job %d failed: malformed payload %r", job.id, job.payload)
+            return
+        first, last = bounds
+        self._held, self._cursor = job, max(first, job.cursor or first)
+        started = time.monotonic()
+        try:
+            safe = self._safe_head()
+            for rows in self._batches(self._cursor, min(last, safe)):
+                if self.stop.is_set():
+                    raise Stopping()
+                # The heartbeat goes last: it locks the job's row, and a worker stalled while
+                # holding that lock would hide the job from the reaper's SKIP LOCKED.
+                with self.conn.transaction():
+                    store.write(self.conn, rows)
+                    if not queue.heartbeat(self.conn, job, lease_seconds=self.cfg.lease_seconds, cursor=rows.last + 1):
+                        raise LostClaim()
+                self._cursor = rows.last + 1
+                if self.counters:
+                    self.counters.add(blocks=rows.last - rows.first + 1)
+            past_safe_head = self._cursor <= last
+            if past_safe_head:
+                kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds, cursor=self._cursor)
+            else:
+                kept = queue.complete(self.conn, job)
+            self._held = None
+            if not kept:
+                raise LostClaim()
+            if past_safe_head:
+                log.info("job %d: blocks %d..%d are past the safe head %d; deferred", job.id, self._cursor, last, safe)
+            else:
+                if self.counters:
+                    self.counters.add(jobs=1)
+                log.debug("job %d (%d..%d) done in %.2f s", job.id, first, last, time.monotonic() - started)
+        except LostClaim:
+            self._held = None
+            log.warning("lost claim on job %d (blocks %d..%d): its lease was taken back; stopping it", job.id, first, last)
+        except Stopping:
+            pass  # run() gives the job back
+        except (RpcError, ChainDataError) as exc:
+            self._fail(job, str(exc))
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            self._fail(job, f"database: {first_line(exc)}")
+        except Exception as exc:  # a bug or an unforeseen answer: keep it on the job, go on
+            log.exception("job %d crashed", job.id)
+            self._fail(job, f"{type(exc).__name__}: {exc}")
+
+    def _fail(self, job: queue.Claim, error: str) -> None:
+        self._held = None
+        status = queue.give_back(
+            self.conn, job, redact(error), max_attempts=self.cfg.max_attempts, cursor=self._cursor,
+            backoff_base=self.cfg.backoff_base_seconds,
+        )
+        log.warning("job %d %s: %s", job.id, "failed" if status == "failed" else "given back", redact(error))
+
+    def _safe_head(self) -> int:
+        try:
+            return chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=self.use_finalized)
+        except RpcError:
+            if not self.use_finalized:
+                raise
+            log.warning("the node cannot report a finalized block; using head - %d", self.cfg.confirmations)
+            self.use_finalized = False
+            return chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=False)
+
+    def _fetch(self, first: int, last: int) -> Rows:
+        for attempt in tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(CHAIN_DATA_ATTEMPTS),
+            wait=tenacity.wait_random_exponential(multiplier=0.2, max=5),
+            retry=tenacity.retry_if_exception_type(ChainDataError),
+            reraise=True,
+        ):
+            with attempt:
+                return chain.fetch(self.client, first, last)
+        raise AssertionError("unreachable")
+
+    def _batches(self, first: int, last: int) -> Iterator[Rows]:
+        """Batches of `first..last` in order, fetched ahead of the caller."""
+        size = self.cfg.batch_size
+        ranges = ((a, min(a + size - 1, last)) for a in range(first, last + 1, size))
+        ahead: deque[Future[Rows]] = deque()
+        try:
+            for r in ranges:
+                ahead.append(self.fetcher.submit(self._fetch, *r))
+                if len(ahead) >= self.cfg.rpc_in_flight:
+                    break
+            while ahead:
+                rows = self._result(ahead.popleft())
+                nxt = next(ranges, None)
+                if nxt is not None:
+                    ahead.append(self.fetcher.submit(self._fetch, *nxt))
+                yield rows
+        finally:
+            for f in ahead:
+                f.cancel()
+
+    def _result(self, future: Future[Rows]) -> Rows:
+        while True:
+            try:
+                return future.result(timeout=0.5)
+            except FutureTimeout:
+                if self.stop.is_set():
+                    raise Stopping() from None
+
+
+def _payload_bounds(job: queue.Claim) -> tuple[int, int] | None:
+    p = job.payload
+    if job.kind != JOB_KIND or not isinstance(p, dict):
+        return None
+    first, last = p.get("from"), p.get("to")
+    if type(first) is not int or type(last) is not int or not 0 <= first <= last:
+        return None
+    return first, last
+
+
+def main(cfg: Settings, drain: bool, counters: Counters | None, log_level: str) -> None:
+    """Entry point of a worker process started by the pool."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    worker = Worker(cfg, drain=drain, counters=counters)
+
+    def request_stop(signum: int, frame: object) -> None:
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    raise SystemExit(worker.run())

@@ -1,0 +1,311 @@
+"""`indexer work` end to end: a real anvil, a real PostgreSQL, worker processes, and faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import psycopg
+import pytest
+from web3 import Web3
+
+from indexer import planner, queue, store
+
+from .anvil import Anvil
+from .conftest import INDEXER
+from .faultproxy import FAULTS, FaultProxy
+
+# Short leases and waits so that reaping and retries happen within seconds.
+FAST = {
+    "INDEXER_USE_FINALIZED": "false",
+    "INDEXER_CONFIRMATIONS": "0",
+    "INDEXER_POLL_SECONDS": "0.5",
+    "INDEXER_REAP_SECONDS": "0.3",
+    "INDEXER_BACKOFF_BASE_SECONDS": "0.05",
+    "INDEXER_DEFER_SECONDS": "0.5",
+}
+
+
+class Work:
+    """An `indexer work` process with its stderr in a file."""
+
+    def __init__(self, db_url: str, rpc_url: str, *args: str, **env: str) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="indexer-work-", suffix=".log")[1])
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+        full_env |= FAST | {"INDEXER_DATABASE_URL": db_url, "INDEXER_RPC_URL": rpc_url} | env
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen([INDEXER, "work", *args], env=full_env, stdout=err, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"indexer work did not finish in {timeout} s:\n{self.output()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def work():
+    started: list[Work] = []
+
+    def start(*args: str, **kw: str) -> Work:
+        w = Work(*args, **kw)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.kill()
+        for pid in _children(w.proc.pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = 60) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def addr(value: str | None) -> bytes | None:
+    return None if value is None else bytes.fromhex(value[2:])
+
+
+def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: int) -> None:
+    """Every block, transaction, receipt field and log in Postgres equals what the node returns
+    (read here through web3.py, independently of the indexer's own decoding)."""
+    w3 = Web3(Web3.HTTPProvider(url))
+    blocks, txs, logs = [], [], []
+    for n in range(first, last + 1):
+        b = w3.eth.get_block(n, full_transactions=True)
+        receipts = w3.eth.get_block_receipts(n)
+        blocks.append((
+            n, bytes(b.hash), bytes(b.parentHash), b.timestamp, addr(b.miner), b.gasUsed, b.gasLimit,
+            b.get("baseFeePerGas"), len(b.transactions), sum(len(r.logs) for r in receipts), b.size,
+            bytes(b.extraData), bytes(b.stateRoot), bytes(b.transactionsRoot), bytes(b.receiptsRoot),
+        ))
+        for tx, r in zip(b.transactions, receipts, strict=True):
+            txs.append((
+                n, tx.transactionIndex, bytes(tx.hash), addr(tx["from"]), addr(tx.get("to")), tx.value, tx.gas,
+                tx.get("gasPrice"), tx.get("maxFeePerGas"), tx.get("maxPriorityFeePerGas"), bytes(tx.input),
+                tx.nonce, tx.type, r.status, r.gasUsed, r.cumulativeGasUsed, r.effectiveGasPrice,
+                addr(r.contractAddress),
+            ))
+            for lg in r.logs:
+                topics = [bytes(t) for t in lg.topics] + [None] * (4 - len(lg.topics))
+                logs.append((n, lg.logIndex, lg.transactionIndex, bytes(lg.transactionHash), addr(lg.address),
+                             *topics, bytes(lg.data)))
+    rng = {"first": first, "last": last}
+    got_blocks = conn.execute(
+        "SELECT number, hash, parent_hash, extract(epoch FROM timestamp)::bigint, miner, gas_used, gas_limit,"
+        " base_fee_per_gas, transaction_count, log_count, size, extra_data, state_root, transactions_root,"
+        " receipts_root FROM blocks WHERE number BETWEEN %(first)s AND %(last)s ORDER BY number", rng).fetchall()
+    got_txs = conn.execute(
+        "SELECT block_number, transaction_index, hash, from_address, to_address, value, gas, gas_price,"
+        " max_fee_per_gas, max_priority_fee_per_gas, input, nonce, type, status, gas_used, cumulative_gas_used,"
+        " effective_gas_price, contract_address FROM transactions WHERE block_number BETWEEN %(first)s AND %(last)s"
+        " ORDER BY block_number, transaction_index", rng).fetchall()
+    got_logs = conn.execute(
+        "SELECT block_number, log_index, transaction_index, transaction_hash, address, topic0, topic1, topic2,"
+        " topic3, data FROM logs WHERE block_number BETWEEN %(first)s AND %(last)s ORDER BY block_number, log_index",
+        rng).fetchall()
+    assert len(got_blocks) == len(blocks)
+    assert got_blocks == blocks
+    assert len(got_txs) == len(txs)
+    assert got_txs == txs
+    assert len(got_logs) == len(logs)
+    assert got_logs == logs
+
+
+def snapshot(conn: psycopg.Connection) -> list:
+    """Every chain row with its row version (xmin): equal snapshots mean nothing was rewritten."""
+    return [conn.execute(f"SELECT xmin::text, t.* FROM {table} t ORDER BY 2, 3").fetchall()
+            for table in ("blocks", "transactions", "logs")]
+
+
+def running_job(conn: psycopg.Connection, past_first: bool = True):
+    """(id, pid of its worker) of a running job that has committed at least one batch."""
+    row = conn.execute(
+        "SELECT id, locked_by FROM jobs WHERE status = 'running'"
+        + (" AND cursor > (payload->>'from')::bigint" if past_first else "") + " ORDER BY id LIMIT 1"
+    ).fetchone()
+    return (row[0], int(row[1].rsplit(":", 1)[1])) if row else None
+
+
+def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_nothing(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 5)
+    w = work(db_url, chain_node.url, "--workers", "4", "--drain", "--batch-size", "3")
+    assert w.wait() == 0, w.output()
+    assert_matches_node(conn, chain_node.url, 0, head)
+    assert conn.execute("SELECT count(*) FROM transactions").fetchone()[0] > 100
+    assert conn.execute("SELECT count(*) FROM logs").fetchone()[0] > 50
+    assert conn.execute("SELECT count(*), count(DISTINCT locked_by) > 1 FROM jobs_history").fetchone() == (
+        len(planner.split(0, head + 1, 5)), True)
+    before = snapshot(conn)
+
+    # The same plan again adds nothing; forcing the range through the workers again rewrites nothing.
+    assert planner.plan(conn, 0, head + 1, 5).jobs_added == 0
+    queue.enqueue(conn, planner.JOB_KIND, planner.split(0, head + 1, 7))
+    again = work(db_url, chain_node.url, "--workers", "2", "--drain")
+    assert again.wait() == 0, again.output()
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert snapshot(conn) == before
+
+
+def test_a_killed_worker_s_job_is_reaped_and_finished_by_another(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 12)
+    with FaultProxy(chain_node.url, delay=0.03) as slow:
+        w = work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1", INDEXER_LEASE_SECONDS="1.5")
+        job_id, pid = wait_for(lambda: running_job(conn), "a job in progress")
+        os.kill(pid, signal.SIGKILL)
+        assert w.wait() == 0, w.output()
+    attempts, finisher = conn.execute("SELECT attempts, locked_by FROM jobs_history WHERE id = %s", (job_id,)).fetchone()
+    assert attempts == 2 and not finisher.endswith(f":{pid}")
+    assert "exited with code -9; starting another" in w.output()
+    assert f"reaped job {job_id}" in w.output()
+    assert_matches_node(conn, chain_node.url, 0, head)
+
+
+def test_a_stalled_worker_loses_its_claim_and_does_not_complete(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 12)
+    with FaultProxy(chain_node.url, delay=0.03) as slow:
+        w = work(db_url, slow.url, "--workers", "2", "--batch-size", "1", INDEXER_LEASE_SECONDS="1.5")
+        job_id, pid = wait_for(lambda: running_job(conn), "a job in progress")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            finisher = wait_for(
+                lambda: conn.execute("SELECT locked_by FROM jobs_history WHERE id = %s", (job_id,)).fetchone(),
+                "another worker to finish the stalled worker's job")[0]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: f"lost claim on job {job_id}" in w.output(), "the stalled worker to notice its lost claim")
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "every job to finish")
+    assert not finisher.endswith(f":{pid}")
+    (attempts,) = conn.execute("SELECT attempts FROM jobs_history WHERE id = %s", (job_id,)).fetchone()
+    assert attempts == 2
+    assert conn.execute("SELECT count(*) FROM jobs_history WHERE id = %s", (job_id,)).fetchone()[0] == 1
+    assert_matches_node(conn, chain_node.url, 0, head)
+
+
+def test_sigterm_gives_the_job_back_at_once_with_no_attempt_spent(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 100)
+    with FaultProxy(chain_node.url, delay=0.05) as slow:
+        w = work(db_url, slow.url, "--workers", "1", "--batch-size", "1")
+        job_id, _ = wait_for(lambda: running_job(conn), "a job in progress")
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.wait(30) == 0, w.output()
+    status, attempts, cursor, token, due = conn.execute(
+        "SELECT status, attempts, cursor, claim_token, run_at <= now() FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert (status, attempts, token, due) == ("pending", 0, None, True)
+    assert 0 < cursor <= head
+    # Resumes from its cursor: the committed batches are not fetched again.
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == cursor
+
+
+def test_a_range_beyond_the_head_is_deferred_then_finished(db_url, conn, work):
+    with Anvil() as node:
+        node.mine(30)  # head 30
+        planner.plan(conn, 0, 50, 50)
+        w = work(db_url, node.url, "--workers", "1")
+        deferred = wait_for(lambda: conn.execute(
+            "SELECT status, attempts, cursor FROM jobs WHERE cursor IS NOT NULL AND status = 'pending'").fetchone(),
+            "the job to be deferred at the head")
+        assert deferred == ("pending", 0, 31)
+        assert conn.execute("SELECT max(number) FROM blocks").fetchone()[0] == 30
+        node.mine(25)
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 1, "the job to finish")
+        assert conn.execute("SELECT attempts FROM jobs_history").fetchone()[0] == 1
+        assert "past the safe head 30; deferred" in w.output()
+        assert_matches_node(conn, node.url, 0, 49)
+
+
+def test_confirmations_keep_the_indexer_below_the_head(db_url, conn, work):
+    with Anvil() as node:
+        node.mine(40)
+        planner.plan(conn, 0, 41, 100)
+        w = work(db_url, node.url, "--workers", "1", INDEXER_CONFIRMATIONS="5")
+        wait_for(lambda: conn.execute("SELECT cursor FROM jobs WHERE status = 'pending'").fetchone() == (36,),
+                 "the job to stop 5 blocks below the head")
+        assert conn.execute("SELECT max(number) FROM blocks").fetchone()[0] == 35
+        w.kill()
+
+
+def test_faults_from_the_node_do_not_stop_the_backfill(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 6)
+    # Every kind of fault twice at the start, then 30% of the answers at random.
+    with FaultProxy(chain_node.url, rate=0.3, hold_seconds=1.2, retry_after="0.2", seed=3, first=FAULTS * 2) as proxy:
+        w = work(db_url, proxy.url, "--workers", "2", "--drain", "--batch-size", "2",
+                 INDEXER_RPC_TIMEOUT="0.5", INDEXER_RPC_MAX_ATTEMPTS="30")
+        assert w.wait(180) == 0, w.output()
+    assert set(FAULTS) <= set(proxy.served), proxy.served
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert_matches_node(conn, chain_node.url, 0, head)
+
+
+def test_a_node_of_another_chain_is_refused(db_url, conn, work):
+    with psycopg.connect(db_url, autocommit=True) as c:
+        store.record_chain_id(c, 31337)
+    planner.plan(conn, 0, 10, 10)
+    with Anvil(chain_id=999) as other:
+        w = work(db_url, other.url, "--drain")
+        assert w.wait(60) == 1
+    lines = w.output().strip().splitlines()
+    assert lines == [f"indexer work: error: this database indexes chain 31337, but {other.url} serves chain 999;"
+                     " refusing to start"]
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
+    assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("pending", 0)]
+
+
+def test_the_first_worker_records_the_chain_id(db_url, conn, chain_node, work):
+    planner.plan(conn, 0, 3, 10)
+    assert work(db_url, chain_node.url, "--drain").wait() == 0
+    assert conn.execute("SELECT chain_id FROM chain").fetchall() == [(31337,)]
+
+
+def test_a_malformed_job_fails_with_its_error_and_the_worker_goes_on(db_url, conn, chain_node, work):
+    queue.enqueue(conn, planner.JOB_KIND, [{"from": "zero", "to": 5}, {"from": 1.5, "to": 3}, {"from": 9, "to": 2}])
+    queue.enqueue(conn, "mystery", [{"x": 1}])
+    planner.plan(conn, 0, 5, 10)
+    w = work(db_url, chain_node.url, "--drain")
+    assert w.wait() == 1, w.output()
+    failed = conn.execute("SELECT kind, last_error FROM jobs WHERE status = 'failed' ORDER BY id").fetchall()
+    assert [k for k, _ in failed] == ["index_blocks"] * 3 + ["mystery"]
+    assert all(e.startswith("malformed job") for _, e in failed)
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 5
+    assert "4 job(s) failed" in w.output()
