@@ -254,7 +254,10 @@ def reap(
         rows = conn.execute(REAP, params).fetchall()
         reaped.extend(Reaped(*row) for row in rows)
         if len(rows) < batch:
-            return reaped
+            break
+    if reaped:  # idle workers wake and see when the retried jobs fall due
+        conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+    return reaped
 
 
 def ensure_history_partitions(conn: psycopg.Connection, months_ahead: int = 2) -> int:

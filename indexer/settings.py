@@ -37,6 +37,9 @@ class Settings(BaseSettings):
 
     workers: int = Field(default_factory=lambda: os.cpu_count() or 2, gt=0, description="worker processes of `indexer work`")
     batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction")
+    batch_transactions: int = Field(
+        1000, gt=0, description="fewer blocks per batch on dense chains: about this many transactions at most"
+    )
     poll_seconds: float = Field(30.0, gt=0, description="idle workers look for work at least this often, NOTIFY or not")
     defer_seconds: float = Field(15.0, ge=0, description="wait before retrying a job that reaches past the safe head")
     confirmations: int = Field(12, ge=0, description="blocks below the head treated as safe when the node has no finalized block")

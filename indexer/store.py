@@ -1,4 +1,11 @@
-"""Rows -> the chain tables: COPY into session-local staging tables, then merge.
+"""Rows -> the chain tables: COPY, straight into the tables or through staging tables and a merge.
+
+A batch is first copied straight into `blocks`, `transactions` and `logs`, inside a savepoint:
+on a first backfill, none of its blocks is stored yet and this is all it takes. If any block is
+already there, the primary key refuses the COPY; the savepoint is rolled back and the batch goes
+through session-local staging tables and `INSERT ... ON CONFLICT` instead. (Blocks and their
+contents are written in one transaction, so a block that is not stored has no stored
+transactions or logs either.)
 
 Indexing a range again yields the same rows (the queue is at-least-once):
 - a block already stored with the same hash is left alone, and so are its transactions and logs
@@ -24,9 +31,13 @@ CREATE TEMP TABLE IF NOT EXISTS stage_transactions (LIKE transactions) ON COMMIT
 CREATE TEMP TABLE IF NOT EXISTS stage_logs (LIKE logs) ON COMMIT DELETE ROWS;
 """
 
-COPY_BLOCKS = f"COPY stage_blocks ({_B}) FROM STDIN"
-COPY_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
-COPY_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
+COPY_NEW_BLOCKS = f"COPY blocks ({_B}) FROM STDIN"
+COPY_NEW_TRANSACTIONS = f"COPY transactions ({_T}) FROM STDIN"
+COPY_NEW_LOGS = f"COPY logs ({_L}) FROM STDIN"
+
+COPY_STAGE_BLOCKS = f"COPY stage_blocks ({_B}) FROM STDIN"
+COPY_STAGE_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
+COPY_STAGE_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
 
 # Its own statement, before the merge: within one statement the inserts below would still see
 # the rows this deletes and skip the new versions as conflicts.
@@ -67,13 +78,23 @@ def _copy(conn: psycopg.Connection, statement: str, lines: list[str]) -> None:
 
 def write(conn: psycopg.Connection, rows: Rows) -> None:
     """Writes one batch; call inside the caller's transaction."""
-    _copy(conn, COPY_BLOCKS, rows.blocks)
-    if rows.transactions:
-        _copy(conn, COPY_TRANSACTIONS, rows.transactions)
-    if rows.logs:
-        _copy(conn, COPY_LOGS, rows.logs)
+    try:
+        with conn.transaction():  # a savepoint
+            _copy_all(conn, rows, COPY_NEW_BLOCKS, COPY_NEW_TRANSACTIONS, COPY_NEW_LOGS)
+        return
+    except psycopg.errors.UniqueViolation:
+        pass  # some of these blocks are stored already
+    _copy_all(conn, rows, COPY_STAGE_BLOCKS, COPY_STAGE_TRANSACTIONS, COPY_STAGE_LOGS)
     conn.execute(DELETE_REPLACED_BLOCK_CONTENTS)
     conn.execute(MERGE)
+
+
+def _copy_all(conn: psycopg.Connection, rows: Rows, blocks: str, transactions: str, logs: str) -> None:
+    _copy(conn, blocks, rows.blocks)
+    if rows.transactions:
+        _copy(conn, transactions, rows.transactions)
+    if rows.logs:
+        _copy(conn, logs, rows.logs)
 
 
 RECORD_CHAIN_ID = """

@@ -92,6 +92,7 @@ class Worker:
         self._held: queue.Claim | None = None
         self._cursor: int | None = None
         self._parent = os.getppid()
+        self._density: float | None = None  # transactions per block, as seen so far
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -169,6 +170,10 @@ class Worker:
         """Sleeps until a NOTIFY, the next deferred job is due, or the poll interval passes."""
         due = queue.next_due_seconds(self.conn)
         timeout = self.cfg.poll_seconds if due is None else min(self.cfg.poll_seconds, max(due, 0.05))
+        if self.drain:
+            # Nothing announces that the last running job finished (a NOTIFY per completion
+            # would serialise commits), so a draining worker looks again every second.
+            timeout = min(timeout, 1.0)
         deadline = time.monotonic() + timeout
         listener = self.listener
         # Short slices so that a stop request is noticed within a second.
@@ -261,24 +266,35 @@ class Worker:
         raise AssertionError("unreachable")
 
     def _batches(self, first: int, last: int) -> Iterator[Rows]:
-        """Batches of `first..last` in order, fetched ahead of the caller."""
-        size = self.cfg.batch_size
-        ranges = ((a, min(a + size - 1, last)) for a in range(first, last + 1, size))
+        """Batches of `first..last` in order, fetched up to `rpc_in_flight` ahead of the caller.
+
+        A batch holds at most `batch_size` blocks and, by the density seen so far, about
+        `batch_transactions` transactions, so that dense blocks do not balloon memory. Until
+        the density is known, one batch is fetched alone to measure it.
+        """
         ahead: deque[Future[Rows]] = deque()
+        next_first = first
         try:
-            for r in ranges:
-                ahead.append(self.fetcher.submit(self._fetch, *r))
-                if len(ahead) >= self.cfg.rpc_in_flight:
-                    break
-            while ahead:
+            while True:
+                depth = self.cfg.rpc_in_flight if self._density is not None else 1
+                while next_first <= last and len(ahead) < depth:
+                    batch_last = min(next_first + self._batch_blocks() - 1, last)
+                    ahead.append(self.fetcher.submit(self._fetch, next_first, batch_last))
+                    next_first = batch_last + 1
+                if not ahead:
+                    return
                 rows = self._result(ahead.popleft())
-                nxt = next(ranges, None)
-                if nxt is not None:
-                    ahead.append(self.fetcher.submit(self._fetch, *nxt))
+                density = len(rows.transactions) / (rows.last - rows.first + 1)
+                self._density = density if self._density is None else (self._density + density) / 2
                 yield rows
         finally:
             for f in ahead:
                 f.cancel()
+
+    def _batch_blocks(self) -> int:
+        if not self._density:
+            return self.cfg.batch_size
+        return max(1, min(self.cfg.batch_size, int(self.cfg.batch_transactions / self._density)))
 
     def _result(self, future: Future[Rows]) -> Rows:
         while True:
