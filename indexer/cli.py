@@ -13,7 +13,7 @@ from typing import NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, planner, pool, queue, settings
+from . import db, planner, pool, queue, reaper, settings
 from .errors import IndexerError, first_line, redact
 
 log = logging.getLogger("indexer")
@@ -21,6 +21,7 @@ log = logging.getLogger("indexer")
 MAX_CHUNK = 1_000_000
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,7 +74,7 @@ def positive_seconds(text: str) -> float:
 def build_parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument("--database-url", metavar="URL", help="overrides INDEXER_DATABASE_URL")
-    common.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    common.add_argument("--log-level", choices=LOG_LEVELS, help="overrides INDEXER_LOG_LEVEL (default INFO)")
 
     parser = Parser(prog="indexer", description="Backfill EVM chain data into Postgres, coordinated by SKIP LOCKED.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -134,14 +135,13 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    return pool.Pool(cfg, drain=args.drain, log_level=args.log_level).run()
+    return pool.Pool(cfg, drain=args.drain).run()
 
 
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
         while True:
-            queue.ensure_history_partitions(conn)
-            reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch, backoff_base=cfg.backoff_base_seconds)
+            reaped = reaper.reap_once(conn, cfg)
             failed = sum(r.status == "failed" for r in reaped)
             if reaped or args.every is None:
                 print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
@@ -180,7 +180,7 @@ COMMANDS = {
 }
 
 # CLI flags that override a setting of the same name.
-SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "lease_seconds")
+SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:
@@ -192,7 +192,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "plan" and args.start >= args.end:
         parser.error(f"--from ({args.start}) must be below --to ({args.end}); --to is exclusive")
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         cfg = settings.load(**{k: getattr(args, k, None) for k in SETTING_FLAGS})
     except pydantic.ValidationError as exc:
@@ -201,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = err["msg"].removeprefix("Value error, ")
         print(f"indexer {args.command}: error: {where}: {redact(message)}", file=sys.stderr)
         return EXIT_USAGE
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         return COMMANDS[args.command](cfg, args)

@@ -20,7 +20,7 @@ import time
 
 import psycopg
 
-from . import chain, db, queue, store, worker
+from . import chain, db, reaper, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -53,10 +53,9 @@ def check_chain(cfg: Settings) -> int:
 
 
 class Pool:
-    def __init__(self, cfg: Settings, *, drain: bool, log_level: str) -> None:
+    def __init__(self, cfg: Settings, *, drain: bool) -> None:
         self.cfg = cfg
         self.drain = drain
-        self.log_level = log_level
         self.ctx = multiprocessing.get_context("spawn")
         self.counters = worker.Counters(self.ctx.Value("q", 0), self.ctx.Value("q", 0))
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -66,7 +65,7 @@ class Pool:
     def _start(self, slot: int) -> None:
         p = self.ctx.Process(
             target=worker.main,
-            args=(self.cfg, self.drain, self.counters, self.log_level),
+            args=(self.cfg, self.drain, self.counters),
             name=f"worker-{slot}",
             daemon=False,
         )
@@ -123,13 +122,7 @@ class Pool:
         try:
             if conn is None or conn.closed:
                 conn = db.connect(self.cfg.database_url, application_name="indexer reaper")
-            queue.ensure_history_partitions(conn)
-            reaped = queue.reap(
-                conn, max_attempts=self.cfg.max_attempts, batch=self.cfg.reap_batch,
-                backoff_base=self.cfg.backoff_base_seconds,
-            )
-            for r in reaped:
-                log.warning("reaped job %d: lease expired; %s", r.id, "failed" if r.status == "failed" else f"retry in {r.backoff_seconds:.0f} s")
+            reaper.reap_once(conn, self.cfg)
             return conn
         except (psycopg.OperationalError, IndexerError) as exc:
             log.warning("reaper: database unavailable (%s)", redact(first_line(exc)))

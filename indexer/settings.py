@@ -8,6 +8,7 @@ an environment variable.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +27,7 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8545",
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
     )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     chunk: int = Field(10_000, gt=0, description="blocks per job made by `indexer plan`")
     lease_seconds: float = Field(60.0, gt=0, description="how long a claim holds a job without a heartbeat")
     max_attempts: int = Field(5, gt=0, description="claims a job gets before it is marked failed")

@@ -315,9 +315,9 @@ def _payload_bounds(job: queue.Claim) -> tuple[int, int] | None:
     return first, last
 
 
-def main(cfg: Settings, drain: bool, counters: Counters | None, log_level: str) -> None:
+def main(cfg: Settings, drain: bool, counters: Counters | None) -> None:
     """Entry point of a worker process started by the pool."""
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
     worker = Worker(cfg, drain=drain, counters=counters)
 
     def request_stop(signum: int, frame: object) -> None:

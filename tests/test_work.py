@@ -309,3 +309,77 @@ def test_a_malformed_job_fails_with_its_error_and_the_worker_goes_on(db_url, con
     assert all(e.startswith("malformed job") for _, e in failed)
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 5
     assert "4 job(s) failed" in w.output()
+
+
+def test_a_database_restart_is_survived(own_postgres, chain_node, work):
+    from .conftest import run_indexer
+
+    url = own_postgres.url
+    assert run_indexer("migrate", db_url=url).returncode == 0
+    head = chain_node.head()
+    assert run_indexer("plan", "--from", "0", "--to", str(head + 1), "--chunk", "12", db_url=url).returncode == 0
+    with FaultProxy(chain_node.url, delay=0.03) as slow, psycopg.connect(url, autocommit=True) as c:
+        w = work(url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
+        wait_for(lambda: c.execute("SELECT count(*) FROM blocks").fetchone()[0] > 3, "some blocks to be indexed")
+        own_postgres.pg_ctl("-m", "fast", "restart")
+        assert w.wait(120) == 0, w.output()
+    assert "database unavailable" in w.output()
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+        assert_matches_node(c, chain_node.url, 0, head)
+
+
+def test_reindexing_after_a_reorg_replaces_the_blocks_and_their_contents(db_url, conn, work):
+    from .anvil import build_chain
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8, empty_every=0)
+        head = node.head()
+        planner.plan(conn, 0, head + 1, 100)
+        assert work(db_url, node.url, "--drain").wait() == 0
+        stale_txs = conn.execute("SELECT count(*) FROM transactions WHERE block_number > %s", (head - 5,)).fetchone()[0]
+        accounts = node.rpc("eth_accounts")
+        node.rpc("anvil_reorg", 5, [[{"from": accounts[0], "to": accounts[1], "value": "0x1"}, 1]])
+        assert node.head() == head
+        queue.enqueue(conn, planner.JOB_KIND, [{"from": 0, "to": head}])
+        assert work(db_url, node.url, "--drain").wait() == 0
+        assert_matches_node(conn, node.url, 0, head)
+    fresh_txs = conn.execute("SELECT count(*) FROM transactions WHERE block_number > %s", (head - 5,)).fetchone()[0]
+    assert (stale_txs, fresh_txs) == (30, 1)
+
+
+def test_progress_is_a_line_rewritten_on_a_terminal_and_quiet_in_logs(db_url, conn, chain_node):
+    import pty
+
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 4)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+    env |= FAST | {"INDEXER_DATABASE_URL": db_url}
+    master, slave = pty.openpty()
+    with FaultProxy(chain_node.url, delay=0.05) as slow:
+        env["INDEXER_RPC_URL"] = slow.url
+        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", "1", "--batch-size", "1"],
+                                env=env, stdout=slave, stderr=slave)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # the terminal closed: the process is gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(60) == 0
+    os.close(master)
+    screen = b"".join(chunks).decode()
+    updates = screen.count("\r\x1b[K")
+    assert updates >= 2, screen
+    assert " blocks indexed, " in screen and " blocks/s" in screen
+
+    queue.enqueue(conn, planner.JOB_KIND, planner.split(0, head + 1, 4))  # the same range once more
+    with FaultProxy(chain_node.url, delay=0.05) as slow:
+        w = Work(db_url, slow.url, "--drain", "--workers", "1", "--batch-size", "1")
+        assert w.wait() == 0
+    assert "\r" not in w.output()
+    assert w.output().count(" blocks/s") == 0  # no progress line more often than once a minute

@@ -1,0 +1,113 @@
+"""`indexer reap`, `retry`, `status` and `work` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from indexer import planner, queue
+
+from .anvil import free_port
+from .conftest import INDEXER, run_indexer
+from .faultproxy import FaultProxy
+
+
+def expire_all(conn) -> None:
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE status = 'running'")
+
+
+def test_reap_takes_back_expired_leases_once(db_url, conn):
+    planner.plan(conn, 0, 30, 10)
+    queue.claim(conn, "w", lease_seconds=60, limit=2)
+    conn.execute("UPDATE jobs SET attempts = 5 WHERE id = (SELECT min(id) FROM jobs)")
+    expire_all(conn)
+    result = run_indexer("reap", db_url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "reaped 2 expired lease(s); 1 job(s) out of attempts marked failed"
+    assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("failed", 1), ("pending", 2)]
+
+
+def test_reap_every_loops_until_stopped(db_url, conn):
+    planner.plan(conn, 0, 10, 10)
+    proc = subprocess.Popen([INDEXER, "reap", "--every", "0.2"], env={"INDEXER_DATABASE_URL": db_url},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        queue.claim(conn, "w", lease_seconds=60)
+        expire_all(conn)
+        deadline = time.monotonic() + 30
+        while conn.execute("SELECT status FROM jobs").fetchone()[0] != "pending":
+            assert time.monotonic() < deadline, "the looping reaper never took the lease back"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "reaped 1 expired lease(s)" in out
+
+
+def test_retry_failed_requeues_them(db_url, conn):
+    planner.plan(conn, 0, 20, 10)
+    for job in queue.claim(conn, "w", lease_seconds=60, limit=2):
+        queue.give_back(conn, job, "node exploded", max_attempts=1)
+    result = run_indexer("retry", "--failed", db_url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "re-queued 2 failed job(s)"
+    assert conn.execute("SELECT status, attempts, last_error FROM jobs").fetchall() == [
+        ("pending", 0, "node exploded")] * 2
+
+
+def test_retry_needs_to_be_told_what(db_url):
+    result = run_indexer("retry", db_url=db_url)
+    assert result.returncode == 2
+    assert "--failed" in result.stderr
+
+
+def test_status_reports_what_the_database_holds(db_url, conn):
+    planner.plan(conn, 0, 50, 10)
+    done, failed, _ = queue.claim(conn, "w", lease_seconds=60, limit=3)
+    queue.complete(conn, done)
+    queue.give_back(conn, failed, "bad", max_attempts=1)
+    text = run_indexer("status", db_url=db_url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
+    assert lines[4].startswith("oldest pending job waiting: ") and lines[4].endswith(" s")
+    as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
+    assert as_json["oldest_pending_age_seconds"] >= 0
+
+
+def test_work_refuses_an_rpc_url_that_is_not_a_url(db_url, conn):
+    planner.plan(conn, 0, 10, 10)
+    result = run_indexer("work", "--drain", "--rpc-url", "localhost 8545 please", db_url=db_url)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "indexer work: error: INDEXER_RPC_URL: not an http(s) URL: 'localhost'"]
+
+
+def test_work_with_the_node_down_is_one_line_without_the_api_key(db_url, conn):
+    planner.plan(conn, 0, 10, 10)
+    url = f"http://127.0.0.1:{free_port()}/v2/SECRETKEY123"
+    result = run_indexer("work", "--drain", db_url=db_url, env={"INDEXER_RPC_URL": url, "INDEXER_RPC_MAX_ATTEMPTS": "2",
+                                                                 "INDEXER_LOG_LEVEL": "WARNING"})
+    assert result.returncode == 1
+    assert "SECRETKEY123" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("indexer work: error: 1 call(s) failed after 2 attempts; last: http://127.0.0.1:")
+    assert last.endswith("connection failed")
+    assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("pending", 0)]
+
+
+def test_work_against_a_node_answering_html_fails_clearly(db_url, conn, chain_node):
+    planner.plan(conn, 0, 10, 10)
+    with FaultProxy(chain_node.url, rate=1.0, faults=("html",)) as proxy:
+        result = run_indexer("work", "--drain", db_url=db_url, env={"INDEXER_RPC_URL": proxy.url,
+                                                                     "INDEXER_RPC_MAX_ATTEMPTS": "2"})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("indexer work: error: 1 call(s) failed after 2 attempts; last: ")
+    assert "answer is not JSON: b'<html><body>502 Bad Gateway" in last
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
