@@ -7,7 +7,7 @@ import random
 import socket
 import subprocess
 import time
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 import requests
@@ -28,22 +28,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Anvil:
-    def __init__(self, *args: str, chain_id: int = 31337) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [ANVIL, "--host", "127.0.0.1", "--port", str(self.port), "--chain-id", str(chain_id), "--silent", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 30
+class Node:
+    """A JSON-RPC node at `url` (anvil's own methods included)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def wait_until_up(self, timeout: float = 30, alive: Callable[[], bool] = lambda: True) -> None:
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 self.rpc("eth_chainId")
-                break
+                return
             except requests.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"anvil did not start: {self.proc.stderr.read().decode()[:500]}")
+                if not alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"no node answers at {self.url}") from None
                 time.sleep(0.05)
 
     def rpc(self, method: str, *params: Any) -> Any:
@@ -60,6 +59,24 @@ class Anvil:
     def mine(self, blocks: int = 1) -> None:
         self.rpc("anvil_mine", hex(blocks), "0x1")
 
+
+
+class Anvil(Node):
+    """anvil started on a free loopback port; stopped on exit."""
+
+    def __init__(self, *args: str, chain_id: int = 31337) -> None:
+        self.port = free_port()
+        super().__init__(f"http://127.0.0.1:{self.port}")
+        self.proc = subprocess.Popen(
+            [ANVIL, "--host", "127.0.0.1", "--port", str(self.port), "--chain-id", str(chain_id), "--silent", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        try:
+            self.wait_until_up(alive=lambda: self.proc.poll() is None)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(f"anvil did not start: {self.proc.stderr.read().decode()[:500]}") from None
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -75,7 +92,7 @@ class Anvil:
         self.stop()
 
 
-def build_chain(node: Anvil, *, busy_blocks: int, empty_every: int = 3, txs_per_block: int = 6, seed: int = 7) -> None:
+def build_chain(node: Node, *, busy_blocks: int, empty_every: int = 3, txs_per_block: int = 6, seed: int = 7) -> None:
     """Mines a chain with value transfers (legacy and EIP-1559), contract creations, calls that
     emit logs, and reverted calls. The node must run with `--no-mining`."""
     rnd = random.Random(seed)
@@ -104,3 +121,23 @@ def build_chain(node: Anvil, *, busy_blocks: int, empty_every: int = 3, txs_per_
         node.rpc("evm_mine")
         if empty_every and b % empty_every == 0:
             node.mine(2)
+
+
+def build_to_height(node: Node, height: int, busy_blocks: int = 200) -> None:
+    """Some blocks with transactions and logs, then empty blocks up to `height`."""
+    build_chain(node, busy_blocks=min(busy_blocks, height // 2), empty_every=0)
+    if node.head() < height:
+        node.mine(height - node.head())
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Build a development chain on a running anvil started with --no-mining.")
+    ap.add_argument("url")
+    ap.add_argument("--height", type=int, required=True)
+    args = ap.parse_args()
+    node = Node(args.url)
+    node.wait_until_up()
+    build_to_height(node, args.height)
+    print(f"chain built at {args.url}: head {node.head():,}")

@@ -111,7 +111,8 @@ class OwnPostgres:
     """A PostgreSQL cluster of the test's own (scripts/pg-start), which it may restart."""
 
     def __init__(self) -> None:
-        out = subprocess.run([str(REPO / "scripts" / "pg-start")], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([str(REPO / "scripts" / "pg-start")], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PGTMP_FAST": "1"}).stdout
         values = dict(line.split("=", 1) for line in out.split())
         self.url, self.bin, self.data = values["PGTMP_URL"], values["PGTMP_BIN"], values["PGTMP_DATA"]
 
