@@ -13,7 +13,11 @@ from typing import NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, planner, pool, queue, reaper, settings
+from . import db, planner, queue, settings
+
+# pool, reaper and metrics are imported inside the commands that use them: prometheus_client
+# chooses its storage when first imported, and `indexer work` must first point it at the
+# directory its worker processes share (multiprocess mode).
 from .errors import IndexerError, first_line, redact
 
 log = logging.getLogger("indexer")
@@ -105,6 +109,14 @@ def build_parser() -> Parser:
     p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 100; INDEXER_BATCH_SIZE)")
     p.add_argument("--drain", action="store_true", help="exit when no job is pending or running; exit 1 if any failed")
 
+    commands.add_parser(
+        "monitor",
+        parents=[common],
+        help="serve the queue and database health gauges on /metrics",
+        description="Serve the database-wide gauges alone (INDEXER_METRICS_PORT), for deployments "
+        "that run them apart from the workers (then set INDEXER_DB_METRICS=false for `indexer work`).",
+    )
+
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
     p.add_argument("--max-attempts", type=int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
@@ -135,10 +147,30 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    return pool.Pool(cfg, drain=args.drain).run()
+    from . import metrics_dir
+
+    with metrics_dir.shared():
+        from . import pool
+
+        return pool.Pool(cfg, drain=args.drain).run()
+
+
+def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from . import metrics
+
+    if not cfg.metrics_port:
+        raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
+    with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable
+        pass
+    collector = metrics.DatabaseCollector(cfg.database_url, cfg.db_metrics_seconds).start()
+    metrics.serve(cfg.metrics_port, database=collector, multiprocess=False)
+    while True:
+        time.sleep(3600)
 
 
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from . import reaper
+
     with db.connect(cfg.database_url) as conn:
         while True:
             reaped = reaper.reap_once(conn, cfg)
@@ -174,6 +206,7 @@ COMMANDS = {
     "migrate": cmd_migrate,
     "plan": cmd_plan,
     "work": cmd_work,
+    "monitor": cmd_monitor,
     "reap": cmd_reap,
     "retry": cmd_retry,
     "status": cmd_status,

@@ -7,6 +7,7 @@ The pool process itself indexes nothing. It
 - runs the reaper every `reap_seconds`, so expired leases come back without a separate service
   (any number of pools may do so at once: the reaper uses SKIP LOCKED);
 - forwards SIGTERM/SIGINT: each worker gives its job back, and the pool exits 0;
+- serves /metrics for all its processes, and computes the database-wide gauges;
 - with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed.
 """
 
@@ -20,7 +21,7 @@ import time
 
 import psycopg
 
-from . import chain, db, reaper, store, worker
+from . import chain, db, metrics, reaper, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -79,6 +80,11 @@ class Pool:
         check_chain(self.cfg)
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
+        database = None
+        if self.cfg.db_metrics:
+            database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds).start()
+        if self.cfg.metrics_port:
+            metrics.serve(self.cfg.metrics_port, database=database, multiprocess=True)
         for slot in range(self.cfg.workers):
             self._start(slot)
         log.info("started %d worker(s)", self.cfg.workers)
@@ -98,6 +104,8 @@ class Pool:
         finally:
             self._stop_workers()
             progress.done()
+            if database is not None:
+                database.stop()
             if conn is not None:
                 conn.close()
         if self.drain and not self.stopping:
@@ -112,6 +120,7 @@ class Pool:
         for slot, p in list(self.procs.items()):
             if p.is_alive() or slot in self.finished:
                 continue
+            metrics.mark_process_dead(p.pid)
             if self.drain and p.exitcode == 0:
                 self.finished.add(slot)  # found the queue empty
             elif not self.stopping:

@@ -10,7 +10,7 @@ import logging
 
 import psycopg
 
-from . import queue
+from . import metrics, queue
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -20,6 +20,7 @@ def reap_once(conn: psycopg.Connection, cfg: Settings) -> list[queue.Reaped]:
     queue.ensure_history_partitions(conn)
     reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch, backoff_base=cfg.backoff_base_seconds)
     for r in reaped:
+        metrics.REAPED.labels("failed" if r.status == "failed" else "retry").inc()
         outcome = "out of attempts: failed" if r.status == "failed" else f"retry in {r.backoff_seconds:.0f} s"
         log.warning("reaped job %d: lease expired; %s", r.id, outcome)
     return reaped

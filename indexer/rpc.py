@@ -22,13 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-from urllib.parse import urlsplit
 
 import orjson
 import requests
 import tenacity
 
+from . import metrics
 from .errors import IndexerError
+from .urls import endpoint_label
 
 log = logging.getLogger(__name__)
 
@@ -44,41 +45,19 @@ class RpcError(IndexerError):
 
 
 class TransientRpcError(Exception):
-    """Worth another try, perhaps on another endpoint, perhaps after `retry_after` seconds."""
+    """Worth another try, perhaps on another endpoint, perhaps after `retry_after` seconds.
+    `kind` is the metric label of the failure."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, kind: str, retry_after: float | None = None) -> None:
         super().__init__(message)
+        self.kind = kind
         self.retry_after = retry_after
 
 
 class BatchTooLarge(Exception):
-    pass
-
-
-def endpoint_label(url: str) -> str:
-    """scheme://host:port: what may appear in logs and metric labels. API keys often sit in the
-    path, the query or the user part, so none of those are kept."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
-
-
-def parse_urls(text: str) -> list[str]:
-    """INDEXER_RPC_URL: one URL, or several separated by commas or spaces (failover order)."""
-    urls = [u for u in text.replace(",", " ").split() if u]
-    if not urls:
-        raise ValueError("no RPC URL given")
-    for url in urls:
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            raise ValueError(f"not an http(s) URL: the port of {parts.scheme}://{parts.hostname} is not a number") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            # Only the scheme and host are echoed: the rest may hold a key.
-            shown = url if "://" not in url else endpoint_label(url)
-            raise ValueError(f"not an http(s) URL: {shown[:60]!r}")
-    return urls
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(f"{endpoint}: batch too large")
+        self.endpoint = endpoint
 
 
 class RateLimiter:
@@ -132,6 +111,8 @@ class RpcClient:
         self.endpoints = [
             Endpoint(u, endpoint_label(u), RateLimiter(rate_limit) if rate_limit > 0 else None) for u in urls
         ]
+        for endpoint in self.endpoints:
+            metrics.init_endpoint(endpoint.label)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.max_batch = max_batch
@@ -156,7 +137,8 @@ class RpcClient:
     def _batch(self, calls: Sequence[Call]) -> list[Any]:
         try:
             return self._with_retries(calls)
-        except BatchTooLarge:
+        except BatchTooLarge as exc:
+            metrics.RPC_SPLITS.labels(exc.endpoint).inc()
             if len(calls) == 1:
                 raise RpcError(f"the node rejects even a single {calls[0][0]} call as too large") from None
             half = len(calls) // 2
@@ -189,7 +171,13 @@ class RpcClient:
             for attempt in retrying:
                 with attempt:
                     endpoint = self._pick()
-                    return self._send(endpoint, calls)
+                    try:
+                        return self._send(endpoint, calls)
+                    except TransientRpcError as exc:
+                        metrics.RPC_ERRORS.labels(endpoint.label, exc.kind).inc()
+                        if attempt.retry_state.attempt_number < self.max_attempts:
+                            metrics.RPC_RETRIES.labels(endpoint.label).inc()
+                        raise
         except TransientRpcError as exc:
             raise RpcError(f"{len(calls)} call(s) failed after {self.max_attempts} attempts; last: {exc}") from None
         raise AssertionError("unreachable")
@@ -201,36 +189,43 @@ class RpcClient:
 
     def _send(self, endpoint: Endpoint, calls: Sequence[Call]) -> list[Any]:
         if endpoint.limiter:
-            endpoint.limiter.acquire(len(calls))
+            waited = endpoint.limiter.acquire(len(calls))
+            if waited:
+                metrics.RPC_RATE_LIMIT_WAIT.labels(endpoint.label).inc(waited)
         body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": m, "params": list(p)} for i, (m, p) in enumerate(calls)])
         where = endpoint.label
+        methods = {m for m, _ in calls}
+        method = methods.pop() if len(methods) == 1 else "mixed"
+        started = time.perf_counter()
         try:
             resp = endpoint.session().post(endpoint.url, data=body, timeout=self.timeout)
         except requests.Timeout:
-            raise TransientRpcError(f"{where}: no answer within {self.timeout:g} s") from None
+            raise TransientRpcError(f"{where}: no answer within {self.timeout:g} s", "timeout") from None
         except requests.ConnectionError:
-            raise TransientRpcError(f"{where}: connection failed") from None
+            raise TransientRpcError(f"{where}: connection failed", "connection") from None
         except requests.RequestException as exc:  # its text may hold the full URL, key and all
-            raise TransientRpcError(f"{where}: {type(exc).__name__}") from None
+            raise TransientRpcError(f"{where}: {type(exc).__name__}", "http") from None
+        finally:
+            metrics.RPC_SECONDS.labels(where, method).observe(time.perf_counter() - started)
         if resp.status_code == 429:
-            raise TransientRpcError(f"{where}: HTTP 429 rate limited", _retry_after(resp.headers.get("Retry-After")))
+            raise TransientRpcError(f"{where}: HTTP 429 rate limited", "http_429", _retry_after(resp.headers.get("Retry-After")))
         if resp.status_code == 413:
-            raise BatchTooLarge()
+            raise BatchTooLarge(where)
         if resp.status_code != 200:
             if _says_too_large(resp.text):
-                raise BatchTooLarge()
-            raise TransientRpcError(f"{where}: HTTP {resp.status_code}")
+                raise BatchTooLarge(where)
+            raise TransientRpcError(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
         try:
             answer = orjson.loads(resp.content)
         except orjson.JSONDecodeError:
-            raise TransientRpcError(f"{where}: answer is not JSON: {resp.content[:40]!r}") from None
+            raise TransientRpcError(f"{where}: answer is not JSON: {resp.content[:40]!r}", "invalid_json") from None
         if isinstance(answer, dict):  # one error object for the whole batch
             error = answer.get("error") or {}
             if _says_too_large(str(error.get("message", ""))):
-                raise BatchTooLarge()
-            raise TransientRpcError(f"{where}: batch refused: {str(error)[:200] or str(answer)[:200]}")
+                raise BatchTooLarge(where)
+            raise TransientRpcError(f"{where}: batch refused: {str(error)[:200] or str(answer)[:200]}", "rpc_error")
         if not isinstance(answer, list):
-            raise TransientRpcError(f"{where}: answer is neither a list nor an object")
+            raise TransientRpcError(f"{where}: answer is neither a list nor an object", "invalid_json")
         by_id: dict[Any, Any] = {}
         for item in answer:
             if isinstance(item, dict) and "id" in item:
@@ -239,17 +234,17 @@ class RpcClient:
         for i, (method, _) in enumerate(calls):
             item = by_id.get(i)
             if item is None:
-                raise TransientRpcError(f"{where}: answer lacks {len(calls) - len(by_id)} of {len(calls)} results")
+                raise TransientRpcError(f"{where}: answer lacks {len(calls) - len(by_id)} of {len(calls)} results", "incomplete")
             if "error" in item and item["error"] is not None:
                 error = item["error"]
                 message = str(error.get("message", error)) if isinstance(error, dict) else str(error)
                 if isinstance(error, dict) and error.get("code") == _METHOD_NOT_FOUND:
                     raise RpcError(f"{where}: {method} is not supported by the node: {message}")
                 if _says_too_large(message):
-                    raise BatchTooLarge()
-                raise TransientRpcError(f"{where}: {method} failed: {message[:200]}")
+                    raise BatchTooLarge(where)
+                raise TransientRpcError(f"{where}: {method} failed: {message[:200]}", "rpc_error")
             if "result" not in item:
-                raise TransientRpcError(f"{where}: {method} answer has neither result nor error")
+                raise TransientRpcError(f"{where}: {method} answer has neither result nor error", "invalid_json")
             results.append(item["result"])
         return results
 

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .rpc import parse_urls
+from .urls import parse_urls
 
 
 class Settings(BaseSettings):
@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     defer_seconds: float = Field(15.0, ge=0, description="wait before retrying a job that reaches past the safe head")
     confirmations: int = Field(12, ge=0, description="blocks below the head treated as safe when the node has no finalized block")
     use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
+
+    metrics_port: int = Field(9400, ge=0, le=65535, description="port of /metrics for `indexer work` and `indexer monitor`; 0: none")
+    db_metrics: bool = Field(True, description="`indexer work` computes the database-wide gauges (turn off where `indexer monitor` runs)")
+    db_metrics_seconds: float = Field(10.0, gt=0, description="how often the database-wide gauges are refreshed")
 
     rpc_batch: int = Field(100, gt=0, description="JSON-RPC calls per HTTP request (halved automatically if the node refuses)")
     rpc_in_flight: int = Field(4, gt=0, description="batches each worker fetches concurrently")

@@ -30,7 +30,7 @@ from typing import Iterator
 import psycopg
 import tenacity
 
-from . import chain, queue, store
+from . import chain, metrics, queue, store
 from .chain import ChainDataError, Rows
 from .errors import first_line, redact
 from .planner import JOB_KIND
@@ -138,7 +138,8 @@ class Worker:
                 break
             try:
                 self._give_back_held_job()
-                claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
+                with metrics.CLAIM_SECONDS.time():
+                    claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
                 failures = 0
                 if claims:
                     self.run_job(claims[0])
@@ -162,8 +163,10 @@ class Worker:
         if self._held is not None:
             job, self._held = self._held, None
             if queue.defer(self.conn, job, cursor=self._cursor):
+                metrics.JOB_OUTCOMES.labels("shutdown" if self.stop.is_set() else "given_back").inc()
                 log.info("gave back job %d at block %s", job.id, self._cursor)
             else:
+                metrics.JOB_OUTCOMES.labels("lost_claim").inc()
                 log.warning("lost claim on job %d: its lease was taken back while we were away", job.id)
 
     def _wait_for_work(self) -> None:
@@ -188,6 +191,7 @@ class Worker:
         if bounds is None:
             # Cannot succeed on any retry: fail it now, keeping the reason.
             queue.give_back(self.conn, job, f"malformed job: kind {job.kind!r}, payload {job.payload!r}", max_attempts=0)
+            metrics.JOB_OUTCOMES.labels("failed").inc()
             log.error("job %d failed: malformed payload %r", job.id, job.payload)
             return
         first, last = bounds
@@ -200,13 +204,17 @@ class Worker:
                     raise Stopping()
                 # The heartbeat goes last: it locks the job's row, and a worker stalled while
                 # holding that lock would hide the job from the reaper's SKIP LOCKED.
-                with self.conn.transaction():
+                with metrics.WRITE_SECONDS.time(), self.conn.transaction():
                     store.write(self.conn, rows)
                     if not queue.heartbeat(self.conn, job, lease_seconds=self.cfg.lease_seconds, cursor=rows.last + 1):
                         raise LostClaim()
                 self._cursor = rows.last + 1
+                blocks = rows.last - rows.first + 1
+                metrics.BLOCKS.inc(blocks)
+                metrics.TRANSACTIONS.inc(len(rows.transactions))
+                metrics.LOGS.inc(len(rows.logs))
                 if self.counters:
-                    self.counters.add(blocks=rows.last - rows.first + 1)
+                    self.counters.add(blocks=blocks)
             past_safe_head = self._cursor <= last
             if past_safe_head:
                 kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds, cursor=self._cursor)
@@ -216,13 +224,17 @@ class Worker:
             if not kept:
                 raise LostClaim()
             if past_safe_head:
+                metrics.JOB_OUTCOMES.labels("deferred").inc()
                 log.info("job %d: blocks %d..%d are past the safe head %d; deferred", job.id, self._cursor, last, safe)
             else:
+                metrics.JOB_OUTCOMES.labels("done").inc()
+                metrics.JOB_SECONDS.observe(time.monotonic() - started)
                 if self.counters:
                     self.counters.add(jobs=1)
                 log.debug("job %d (%d..%d) done in %.2f s", job.id, first, last, time.monotonic() - started)
         except LostClaim:
             self._held = None
+            metrics.JOB_OUTCOMES.labels("lost_claim").inc()
             log.warning("lost claim on job %d (blocks %d..%d): its lease was taken back; stopping it", job.id, first, last)
         except Stopping:
             pass  # run() gives the job back
@@ -242,17 +254,23 @@ class Worker:
             self.conn, job, redact(error), max_attempts=self.cfg.max_attempts, cursor=self._cursor,
             backoff_base=self.cfg.backoff_base_seconds,
         )
+        if status is None:
+            metrics.JOB_OUTCOMES.labels("lost_claim").inc()
+        else:
+            metrics.JOB_OUTCOMES.labels("failed" if status == "failed" else "given_back").inc()
         log.warning("job %d %s: %s", job.id, "failed" if status == "failed" else "given back", redact(error))
 
     def _safe_head(self) -> int:
         try:
-            return chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=self.use_finalized)
+            safe = chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=self.use_finalized)
         except RpcError:
             if not self.use_finalized:
                 raise
             log.warning("the node cannot report a finalized block; using head - %d", self.cfg.confirmations)
             self.use_finalized = False
-            return chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=False)
+            safe = chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=False)
+        metrics.SAFE_HEAD.set(safe)
+        return safe
 
     def _fetch(self, first: int, last: int) -> Rows:
         for attempt in tenacity.Retrying(
@@ -261,7 +279,7 @@ class Worker:
             retry=tenacity.retry_if_exception_type(ChainDataError),
             reraise=True,
         ):
-            with attempt:
+            with attempt, metrics.FETCH_SECONDS.time():
                 return chain.fetch(self.client, first, last)
         raise AssertionError("unreachable")
 
@@ -297,12 +315,16 @@ class Worker:
         return max(1, min(self.cfg.batch_size, int(self.cfg.batch_transactions / self._density)))
 
     def _result(self, future: Future[Rows]) -> Rows:
-        while True:
-            try:
-                return future.result(timeout=0.5)
-            except FutureTimeout:
-                if self.stop.is_set():
-                    raise Stopping() from None
+        started = time.perf_counter()
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.5)
+                except FutureTimeout:
+                    if self.stop.is_set():
+                        raise Stopping() from None
+        finally:
+            metrics.WAIT_SECONDS.inc(time.perf_counter() - started)
 
 
 def _payload_bounds(job: queue.Claim) -> tuple[int, int] | None:

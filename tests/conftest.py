@@ -82,6 +82,7 @@ def run_indexer(*args: str, db_url: str | None = None, env: dict[str, str] | Non
     from the test's own environment leaking in."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     full_env["PATH"] = os.environ.get("PATH", "")
+    full_env["INDEXER_METRICS_PORT"] = "0"
     if db_url:
         full_env["INDEXER_DATABASE_URL"] = db_url
     full_env.update(env or {})

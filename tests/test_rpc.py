@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.rpc import RpcClient, RpcError, endpoint_label, parse_urls
+from indexer.rpc import RpcClient, RpcError
+from indexer.urls import endpoint_label, parse_urls
 
 from .anvil import free_port
 from .faultproxy import FaultProxy

@@ -1,0 +1,226 @@
+"""Metrics, the Grafana dashboard, and the Prometheus configuration and alert rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import requests
+import yaml
+
+from indexer import planner, queue
+
+from .anvil import free_port
+from .conftest import REPO
+from .faultproxy import FaultProxy
+from .test_work import Work, running_job, wait_for
+
+DEPLOY = REPO / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "skiplock-indexer.json"
+PROMTOOL = shutil.which("promtool") or "promtool"
+PROMETHEUS = shutil.which("prometheus") or "prometheus"
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The samples of a /metrics page, keyed by name and labels as written."""
+    samples = {}
+    for line in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return samples
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
+
+
+def test_promtool_accepts_the_config_and_the_rules():
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
+        result = subprocess.run([PROMTOOL, *args], cwd=DEPLOY / "prometheus", capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_fires_and_stays_quiet_in_the_rule_tests():
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    cases = yaml.safe_load((DEPLOY / "prometheus" / "alerts_test.yml").read_text())["tests"]
+    fired = {c["alertname"] for t in cases for c in t["alert_rule_test"] if c["exp_alerts"]}
+    quiet = {c["alertname"] for t in cases for c in t["alert_rule_test"] if not c["exp_alerts"]}
+    assert alerts == fired == quiet
+    result = subprocess.run([PROMTOOL, "test", "rules", "alerts_test.yml"], cwd=DEPLOY / "prometheus",
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_is_valid_and_uses_the_provisioned_datasource():
+    dashboard = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    provisioned = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    (source,) = provisioned["datasources"]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["datasource"]["current"]["value"] == source["uid"]
+    refs = [p["datasource"] for p in dashboard["panels"] if p["type"] != "row"]
+    refs += [t["datasource"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
+    refs.append(variables["instance"]["datasource"])
+    assert all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs)
+    assert {"Queue health", "Throughput and ETA", "RPC", "Database health"} <= {
+        p["title"] for p in dashboard["panels"] if p["type"] == "row"}
+    dashboards = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "skiplock-indexer.yml").read_text())
+    assert dashboards["providers"][0]["type"] == "file"
+
+
+def test_every_metric_the_code_defines_is_on_the_dashboard():
+    source = (REPO / "indexer" / "metrics.py").read_text()
+    defined = set(re.findall(r'"(indexer_[a-z_]+)"', source))
+    queries = " ".join(q for _, q in panel_queries())
+    missing = {m for m in defined if m not in queries}
+    assert not missing, f"metrics without a panel: {sorted(missing)}"
+
+
+def test_metrics_count_what_the_database_holds(db_url, conn, chain_node):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    port = free_port()
+    w = Work(db_url, chain_node.url, "--workers", "2", INDEXER_METRICS_PORT=str(port),
+             INDEXER_DB_METRICS_SECONDS="0.5")
+    try:
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "the backfill")
+        expected = {
+            "indexer_blocks_indexed_total": conn.execute("SELECT count(*) FROM blocks").fetchone()[0],
+            "indexer_transactions_indexed_total": conn.execute("SELECT count(*) FROM transactions").fetchone()[0],
+            "indexer_logs_indexed_total": conn.execute("SELECT count(*) FROM logs").fetchone()[0],
+            'indexer_job_outcomes_total{outcome="done"}': 4,
+            'indexer_jobs{status="done"}': 4,
+            'indexer_jobs{status="pending"}': 0,
+            "indexer_indexed_through_block": head,
+            "indexer_blocks_remaining": 0,
+            "indexer_safe_head_block": head,
+        }
+        def caught_up() -> dict | None:
+            samples = scrape(port)
+            return samples if samples.get('indexer_jobs{status="done"}') == 4 else None
+
+        samples = wait_for(caught_up, "the database gauges to catch up")
+        assert {k: samples.get(k) for k in expected} == expected
+        assert samples["indexer_claim_duration_seconds_count"] >= 4
+        assert samples["indexer_database_up"] == 1
+        assert samples["indexer_pg_max_connections"] > 0
+        assert any(k.startswith("indexer_rpc_request_duration_seconds_count{") for k in samples)
+        assert not any("SECRET" in k for k in samples)
+    finally:
+        w.kill()
+
+
+def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node):
+    planner.plan(conn, 0, 5, 10)
+    port = free_port()
+    with FaultProxy(chain_node.url) as proxy:
+        secret_url = proxy.url + "/v3/SECRETKEY?token=SECRETTOKEN"
+        w = Work(db_url, secret_url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        try:
+            wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "the backfill")
+            page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        finally:
+            w.kill()
+    assert f'endpoint="{proxy.url}"' in page
+    assert "SECRET" not in page and "SECRET" not in w.output()
+
+
+@pytest.fixture
+def prometheus_for():
+    started = []
+
+    def start(target: str) -> str:
+        config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+        config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+        config["rule_files"] = [str(DEPLOY / "prometheus" / "alerts.yml")]
+        config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
+        workdir = Path(tempfile.mkdtemp(prefix="prometheus-"))
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = free_port()
+        proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=(workdir / "log").open("w"))
+        started.append((proc, workdir))
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_for(ready, "Prometheus to start", timeout=60)
+        return url
+
+    yield start
+    for proc, workdir in started:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def query(prometheus: str, expr: str) -> list:
+    answer = requests.get(f"{prometheus}/api/v1/query?query={quote(expr)}", timeout=10).json()
+    assert answer["status"] == "success", (expr, answer)
+    return answer["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def longer_chain():
+    from .anvil import Anvil, build_chain
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=20)
+        node.mine(300)
+        yield node
+
+
+def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for):
+    """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
+    a rate limit), a worker killed mid-job (expired leases), a malformed job (failed). Then
+    every query of every panel, evaluated by a real Prometheus, must return data."""
+    head = longer_chain.head()
+    port = free_port()
+    prometheus = prometheus_for(f"127.0.0.1:{port}")
+    with FaultProxy(longer_chain.url, rate=0.1, faults=("http500", "http429", "truncate"), retry_after="0.2",
+                    max_batch=2, delay=0.05) as proxy:
+        w = Work(db_url, proxy.url, "--workers", "2", "--batch-size", "2", INDEXER_METRICS_PORT=str(port),
+                 INDEXER_LEASE_SECONDS="1.5", INDEXER_RPC_RATE_LIMIT="200", INDEXER_DB_METRICS_SECONDS="0.5",
+                 INDEXER_RPC_MAX_ATTEMPTS="20")
+        try:
+            # Prometheus must have seen the counters at 0 for increase() to see them grow: plan then.
+            wait_for(lambda: query(prometheus, 'indexer_expired_leases_total{outcome="retry"} == 0'),
+                     "Prometheus to scrape the pool", timeout=60)
+            planner.plan(conn, 0, head + 1, 40)
+            queue.enqueue(conn, planner.JOB_KIND, [{"from": "nonsense"}])
+            _, pid = wait_for(lambda: running_job(conn, past_first=False), "a job in progress")
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: conn.execute("SELECT count(*) FROM jobs WHERE status <> 'failed'").fetchone()[0] == 0,
+                     "the backfill", timeout=120)
+            conn.execute("VACUUM jobs")  # as autovacuum would, given time: the vacuum panel needs one
+            for expr in ('indexer_jobs{status="pending"} == 0', "indexer_pg_table_last_vacuum_timestamp_seconds > 0",
+                         "increase(indexer_expired_leases_total[1h]) > 0"):
+                wait_for(lambda: query(prometheus, expr), f"Prometheus to see {expr}", timeout=60)
+            time.sleep(2)
+            empty = [(title, expr) for title, expr in panel_queries()
+                     if not query(prometheus, expr.replace("$instance", ".*"))]
+        finally:
+            w.kill()
+    assert not empty, f"panels without data: {empty}"
+    # The malformed job failed: its alert is pending (it fires after a minute).
+    assert query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}')
