@@ -124,8 +124,10 @@ def build_parser() -> Parser:
     p = commands.add_parser("retry", parents=[common], help="re-queue failed jobs")
     p.add_argument("--failed", action="store_true", required=True, help="re-queue every failed job")
 
-    p = commands.add_parser("status", parents=[common], help="jobs per status and the oldest pending age")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = commands.add_parser("status", parents=[common], help="progress, speed, ETA, and what went wrong")
+    p.add_argument("--json", action="store_true", help="print one JSON object (one per refresh with --watch)")
+    p.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) until stopped")
     return parser
 
 
@@ -191,15 +193,60 @@ def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
-        st = queue.status(conn)
-    if args.json:
-        print(json.dumps({"jobs": st.counts, "oldest_pending_age_seconds": st.oldest_pending_age_seconds}))
-        return 0
-    for name, n in st.counts.items():
-        print(f"{name:<8} {n:>10,}")
+        while True:
+            st = queue.status(conn)
+            if args.json:
+                print(json.dumps(status_json(st)), flush=True)
+            else:
+                # On a terminal --watch redraws in place; in a pipe it appends.
+                prefix = "\033[H\033[J" if args.watch and sys.stdout.isatty() else ""
+                print(prefix + render_status(st), flush=True)
+            if not args.watch:
+                return 0
+            time.sleep(args.watch)
+
+
+def status_json(st: queue.QueueStatus) -> dict:
+    return {
+        "jobs": st.counts,
+        "planned_blocks": st.planned_blocks,
+        "indexed_blocks": st.indexed_blocks,
+        "percent_done": st.percent_done,
+        "blocks_per_second": st.blocks_per_second,
+        "eta_seconds": st.eta_seconds,
+        "oldest_pending_age_seconds": st.oldest_pending_age_seconds,
+        "expired_leases_last_hour": st.expired_leases_last_hour,
+        "failed_jobs": [
+            {"id": f.id, "kind": f.kind, "payload": f.payload, "attempts": f.attempts, "last_error": f.last_error}
+            for f in st.failed
+        ],
+    }
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
+
+
+def render_status(st: queue.QueueStatus) -> str:
+    lines = [f"{name:<8} {n:>10,}" for name, n in st.counts.items()]
+    pct = st.percent_done
+    lines.append(f"blocks   {st.indexed_blocks:>10,} of {st.planned_blocks:,} indexed"
+                 + (f" ({pct:.1f}%)" if pct is not None else ""))
+    lines.append(f"speed    {st.blocks_per_second:>10,.1f} blocks/s over the last 5 min; "
+                 f"ETA {_duration(st.eta_seconds)}")
     age = st.oldest_pending_age_seconds
-    print(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
-    return 0
+    lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
+    lines.append(f"expired leases in the last hour: {st.expired_leases_last_hour}")
+    for f in st.failed:
+        lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
+    return "\n".join(lines)
 
 
 COMMANDS = {

@@ -74,31 +74,25 @@ def init_endpoint(label: str) -> None:
 
 # -- the database-wide view, computed by one process ----------------------------------------------
 
-# Block numbers are read only from well-formed payloads: a malformed job (which the workers fail)
-# must not break the whole health query.
 QUEUE_HEALTH = """
-WITH j AS (
-    SELECT status, run_at, locked_until, cursor,
-           CASE WHEN kind = 'index_blocks' AND payload->>'from' ~ '^[0-9]{1,18}$' AND payload->>'to' ~ '^[0-9]{1,18}$'
-                THEN (payload->>'from')::bigint END AS first_block,
-           CASE WHEN kind = 'index_blocks' AND payload->>'from' ~ '^[0-9]{1,18}$' AND payload->>'to' ~ '^[0-9]{1,18}$'
-                THEN (payload->>'to')::bigint END AS last_block
-    FROM jobs
-)
 SELECT
     count(*) FILTER (WHERE status = 'pending'),
     count(*) FILTER (WHERE status = 'running'),
     count(*) FILTER (WHERE status = 'failed'),
     count(*) FILTER (WHERE status = 'running' AND locked_until < now()),
-    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8,
-    coalesce(sum(last_block - coalesce(cursor, first_block) + 1) FILTER (WHERE status IN ('pending', 'running')), 0),
-    min(coalesce(cursor, first_block))
-FROM j
+    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8
+FROM jobs
 """
 
-HISTORY_HEALTH = """
-SELECT count(*), coalesce(max((payload->>'to')::bigint), -1) FROM jobs_history WHERE status = 'done'
+BLOCK_PROGRESS = """
+SELECT
+    coalesce(sum(last_block - coalesce(cursor, first_block) + 1) FILTER (WHERE status IN ('pending', 'running')), 0),
+    min(coalesce(cursor, first_block)) FILTER (WHERE finished_at IS NULL),
+    coalesce(max(last_block) FILTER (WHERE finished_at IS NOT NULL), -1)
+FROM block_ranges
 """
+
+DONE_JOBS = "SELECT count(*) FROM jobs_history WHERE status = 'done'"
 
 TABLE_HEALTH = """
 SELECT coalesce(p.relname, s.relname) AS table_name,
@@ -168,8 +162,9 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _measure(conn: psycopg.Connection) -> Iterable[Metric]:
-        pending, running, failed, expired, oldest, remaining, lowest = conn.execute(QUEUE_HEALTH).fetchone()
-        done, highest_done = conn.execute(HISTORY_HEALTH).fetchone()
+        pending, running, failed, expired, oldest = conn.execute(QUEUE_HEALTH).fetchone()
+        remaining, lowest, highest_done = conn.execute(BLOCK_PROGRESS).fetchone()
+        done = conn.execute(DONE_JOBS).fetchone()[0]
         jobs = GaugeMetricFamily("indexer_jobs", "Jobs by status (done: archived in jobs_history)", labels=["status"])
         for status, n in (("pending", pending), ("running", running), ("failed", failed), ("done", done)):
             jobs.add_metric([status], n)

@@ -20,17 +20,12 @@ JOB_KIND = "index_blocks"
 PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 
 # The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
+# The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
 UNCOVERED_RANGES = """
-WITH payloads AS (
-    SELECT payload FROM jobs WHERE kind = %(kind)s
-    UNION ALL
-    SELECT payload FROM jobs_history WHERE kind = %(kind)s
-), covered AS (
-    -- A malformed payload (the worker fails such jobs) covers nothing.
-    SELECT int8range((payload->>'from')::bigint, (payload->>'to')::bigint, '[]') AS r
-    FROM payloads
-    WHERE payload->>'from' ~ '^[0-9]{1,18}$' AND payload->>'to' ~ '^[0-9]{1,18}$'
-      AND (payload->>'from')::bigint <= (payload->>'to')::bigint
+WITH covered AS (
+    SELECT int8range(first_block, last_block, '[]') AS r
+    FROM block_ranges
+    WHERE first_block IS NOT NULL  -- a malformed job covers nothing
 )
 SELECT lower(u), upper(u)
 FROM unnest(
@@ -68,7 +63,7 @@ def plan(conn: psycopg.Connection, start: int, end: int, chunk: int) -> PlanResu
         raise ValueError(f"chunk must be positive, got {chunk}")
     with conn.transaction():
         conn.execute(PLAN_LOCK)
-        gaps = conn.execute(UNCOVERED_RANGES, {"kind": JOB_KIND, "start": start, "end": end}).fetchall()
+        gaps = conn.execute(UNCOVERED_RANGES, {"start": start, "end": end}).fetchall()
         payloads = [p for lo, hi in gaps for p in split(lo, hi, chunk)]
         queue.enqueue(conn, JOB_KIND, payloads)
     blocks_added = sum(hi - lo for lo, hi in gaps)

@@ -111,11 +111,13 @@ RETURNING id
 
 REAP = f"""
 WITH expired AS (
-    SELECT id FROM jobs
+    SELECT id, locked_by AS holder, attempts AS attempt FROM jobs
     WHERE status = 'running' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+), logged AS (
+    INSERT INTO lease_expirations (job_id, locked_by, attempt) SELECT id, holder, attempt FROM expired
 )
 UPDATE jobs AS j
 SET status = CASE WHEN j.attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
@@ -130,6 +132,8 @@ WHERE j.id = expired.id
 RETURNING j.id, j.status, extract(epoch FROM j.run_at - now())::float8 AS backoff_seconds
 """
 
+PRUNE_LEASE_EXPIRATIONS = "DELETE FROM lease_expirations WHERE reaped_at < now() - interval '7 days'"
+
 ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions(%(months_ahead)s)"
 
 RETRY_FAILED = """
@@ -143,6 +147,23 @@ STATUS_COUNTS = """
 SELECT status, count(*) FROM jobs GROUP BY status
 UNION ALL
 SELECT 'done', count(*) FROM jobs_history WHERE status = 'done'
+"""
+
+# Planned blocks, blocks indexed (archived jobs whole, live jobs up to their cursor), blocks of
+# jobs finished within the window, and leases that expired in the last hour.
+STATUS_PROGRESS = """
+SELECT
+    coalesce(sum(last_block - first_block + 1), 0),
+    coalesce(sum(CASE WHEN finished_at IS NOT NULL THEN last_block - first_block + 1
+                      ELSE coalesce(cursor, first_block) - first_block END), 0),
+    coalesce(sum(last_block - first_block + 1)
+             FILTER (WHERE finished_at > now() - make_interval(secs => %(window)s)), 0),
+    (SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - interval '1 hour')
+FROM block_ranges
+"""
+
+FAILED_JOBS = """
+SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = 'failed' ORDER BY id LIMIT %(limit)s
 """
 
 HAS_UNFINISHED_JOBS = "SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'running'))"
@@ -241,6 +262,10 @@ def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0, c
     return conn.execute(DEFER, params).fetchone() is not None
 
 
+def prune_lease_expirations(conn: psycopg.Connection) -> None:
+    conn.execute(PRUNE_LEASE_EXPIRATIONS)
+
+
 def reap(
     conn: psycopg.Connection, *, max_attempts: int, batch: int = 500, backoff_base: float = BACKOFF_BASE_SECONDS
 ) -> list[Reaped]:
@@ -282,14 +307,41 @@ def next_due_seconds(conn: psycopg.Connection) -> float | None:
 
 
 @dataclass(frozen=True)
+class FailedJob:
+    id: int
+    kind: str
+    payload: Any
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     counts: dict[str, int]
     oldest_pending_age_seconds: float | None
+    planned_blocks: int
+    indexed_blocks: int
+    blocks_per_second: float  # over the last `window` seconds, from jobs finished in it
+    expired_leases_last_hour: int
+    failed: list[FailedJob]
+
+    @property
+    def percent_done(self) -> float | None:
+        return 100.0 * self.indexed_blocks / self.planned_blocks if self.planned_blocks else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        remaining = self.planned_blocks - self.indexed_blocks
+        if remaining == 0:
+            return 0.0
+        return remaining / self.blocks_per_second if self.blocks_per_second else None
 
 
-def status(conn: psycopg.Connection) -> QueueStatus:
+def status(conn: psycopg.Connection, *, window_seconds: float = 300.0, failed_limit: int = 20) -> QueueStatus:
     counts = dict.fromkeys(("pending", "running", "done", "failed"), 0)
     for name, n in conn.execute(STATUS_COUNTS):
         counts[name] += n
     age = conn.execute(OLDEST_PENDING_AGE).fetchone()[0]
-    return QueueStatus(counts, age)
+    planned, indexed, recent, expired = conn.execute(STATUS_PROGRESS, {"window": window_seconds}).fetchone()
+    failed = [FailedJob(*row) for row in conn.execute(FAILED_JOBS, {"limit": failed_limit})]
+    return QueueStatus(counts, age, int(planned), int(indexed), float(recent) / window_seconds, expired, failed)

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 def reap_once(conn: psycopg.Connection, cfg: Settings) -> list[queue.Reaped]:
     queue.ensure_history_partitions(conn)
+    queue.prune_lease_expirations(conn)
     reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch, backoff_base=cfg.backoff_base_seconds)
     for r in reaped:
         metrics.REAPED.labels("failed" if r.status == "failed" else "retry").inc()

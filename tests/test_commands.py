@@ -67,17 +67,44 @@ def test_retry_needs_to_be_told_what(db_url):
 
 def test_status_reports_what_the_database_holds(db_url, conn):
     planner.plan(conn, 0, 50, 10)
-    done, failed, _ = queue.claim(conn, "w", lease_seconds=60, limit=3)
+    done, failed, reaped, running = queue.claim(conn, "w", lease_seconds=60, limit=4)
     queue.complete(conn, done)
-    queue.give_back(conn, failed, "bad", max_attempts=1)
+    queue.give_back(conn, failed, "bad block", max_attempts=1)
+    queue.heartbeat(conn, running, lease_seconds=60, cursor=running.payload["from"] + 4)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (reaped.id,))
+    queue.reap(conn, max_attempts=5, backoff_base=0.001)
     text = run_indexer("status", db_url=db_url)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
-    assert lines[4].startswith("oldest pending job waiting: ") and lines[4].endswith(" s")
+    assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
+    assert lines[5].startswith("speed           0.0 blocks/s over the last 5 min; ETA")  # one job of 10 in 300 s
+    assert lines[6].startswith("oldest pending job waiting: ") and lines[6].endswith(" s")
+    assert lines[7] == "expired leases in the last hour: 1"
+    assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
+
     as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
     assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
-    assert as_json["oldest_pending_age_seconds"] >= 0
+    assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
+    assert as_json["blocks_per_second"] == 10 / 300
+    assert as_json["eta_seconds"] == 36 / (10 / 300)
+    assert as_json["expired_leases_last_hour"] == 1
+    assert as_json["failed_jobs"] == [{"id": failed.id, "kind": "index_blocks", "payload": {"from": 10, "to": 19},
+                                       "attempts": 1, "last_error": "bad block"}]
+
+
+def test_status_watch_refreshes_until_stopped(db_url, conn):
+    planner.plan(conn, 0, 20, 10)
+    proc = subprocess.Popen([INDEXER, "status", "--json", "--watch", "0.2"], env={"INDEXER_DATABASE_URL": db_url},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = json.loads(proc.stdout.readline())
+    queue.complete(conn, queue.claim(conn, "w", lease_seconds=60)[0])
+    deadline = time.monotonic() + 30
+    while (latest := json.loads(proc.stdout.readline()))["jobs"]["done"] != 1:
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert (first["jobs"]["pending"], latest["jobs"]["pending"], latest["indexed_blocks"]) == (2, 1, 10)
 
 
 def test_work_refuses_an_rpc_url_that_is_not_a_url(db_url, conn):

@@ -383,3 +383,43 @@ def test_progress_is_a_line_rewritten_on_a_terminal_and_quiet_in_logs(db_url, co
         assert w.wait() == 0
     assert "\r" not in w.output()
     assert w.output().count(" blocks/s") == 0  # no progress line more often than once a minute
+
+
+def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, chain_node):
+    import json
+
+    from .conftest import run_indexer
+
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 6)
+
+    def status() -> dict:
+        result = run_indexer("status", "--json", db_url=db_url)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def database() -> dict:
+        counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+        counts["done"] = conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0]
+        indexed = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
+        return {"jobs": {s: counts.get(s, 0) for s in ("pending", "running", "done", "failed")},
+                "planned_blocks": head + 1, "indexed_blocks": indexed}
+
+    with FaultProxy(chain_node.url, delay=0.05) as slow:
+        w = Work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] >= 1, "a job to finish")
+        frozen = [w.proc.pid, *_children(w.proc.pid)]
+        for pid in frozen:  # hold the backfill still while both are read
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            during, expected = status(), database()
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        assert w.wait() == 0, w.output()
+    assert {k: during[k] for k in expected} == expected
+    assert 0 < during["indexed_blocks"] < head + 1 and during["jobs"]["done"] >= 1
+    after = status()
+    assert {k: after[k] for k in expected} == database()
+    assert (after["percent_done"], after["eta_seconds"], after["failed_jobs"]) == (100.0, 0.0, [])
+    assert after["blocks_per_second"] == (head + 1) / 300
