@@ -147,7 +147,8 @@ def prometheus_for():
         config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         config["rule_files"] = [str(DEPLOY / "prometheus" / "alerts.yml")]
-        config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
+        (job,) = config["scrape_configs"]
+        config["scrape_configs"] = [{"job_name": job["job_name"], "static_configs": [{"targets": [target]}]}]
         workdir = Path(tempfile.mkdtemp(prefix="prometheus-"))
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()

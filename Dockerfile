@@ -1,0 +1,17 @@
+# The indexer: one image for every `indexer` command (migrate, plan, work, monitor, status...).
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY indexer ./indexer
+COPY schema ./schema
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --create-home --uid 10001 indexer
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+USER indexer
+WORKDIR /home/indexer
+EXPOSE 9400
+ENTRYPOINT ["indexer"]
+CMD ["--help"]
