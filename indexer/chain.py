@@ -34,7 +34,8 @@ LOG_COLUMNS = (
 NULL = "\\N"
 
 # Every field is decimal, hex, a timestamp, or NULL; anything else in a line (a tab or newline
-# smuggled into a "hash", say) would break the COPY framing, so such an answer is refused.
+# smuggled into a "hash", say) would break the COPY framing, so such an answer is refused: a
+# line must hold only these characters, and exactly one tab between each two columns.
 _COPY_SAFE = re.compile(r"[0-9a-fA-FxN\\\t :+-]*")
 
 
@@ -127,9 +128,11 @@ def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]]) -> Row
             _b(block["extraData"]), _b(block["stateRoot"]), _b(block["transactionsRoot"]),
             _b(block["receiptsRoot"]),
         )))
-    for line in (*rows.blocks, *rows.transactions, *rows.logs):
-        if not _COPY_SAFE.fullmatch(line):
-            raise ChainDataError(f"blocks {rows.first}..{rows.last}: a field is not hex data")
+    for lines, columns in ((rows.blocks, BLOCK_COLUMNS), (rows.transactions, TRANSACTION_COLUMNS),
+                           (rows.logs, LOG_COLUMNS)):
+        for line in lines:
+            if not _COPY_SAFE.fullmatch(line) or line.count("\t") != len(columns) - 1:
+                raise ChainDataError(f"blocks {rows.first}..{rows.last}: a field is not hex data")
     return rows
 
 

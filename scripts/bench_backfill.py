@@ -9,7 +9,9 @@ per block), on the same node and blocks:
 - `indexer work --drain` with N workers on a fresh database: migrate and plan first (not timed),
   then the wall time from starting the pool to its exit, process start-up included (jobs of
   10,000 blocks, or on a short chain 1/20 of it but at least 100 blocks);
-- peak RSS of each worker process (VmHWM, sampled until it exits).
+- peak RSS of each worker process (VmHWM, sampled until it exits);
+- the cores the node kept busy during each (its CPU time over the wall time), which shows how
+  much of this 2-core machine the indexer's own work took from the node.
 Prints a Markdown table; BENCHMARKS.md holds the figures with this command.
 
     .venv/bin/python scripts/bench_backfill.py [--sparse 200000] [--dense 2000] [--workers 2]
@@ -61,6 +63,26 @@ def raw_ceiling(url: str, head: int, batch: int = 100, in_flight: int = 4) -> fl
         total = sum(pool.map(fetch, range(0, head + 1, batch)))
     assert total == head + 1
     return total / (time.perf_counter() - started)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class NodeLoad:
+    """How many cores the node kept busy while a block is timed: on a 2-core machine the node
+    and the indexer (Python and Postgres) share them, so this is the node's share."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> "NodeLoad":
+        self.cpu, self.wall = cpu_seconds(self.pid), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cores = (cpu_seconds(self.pid) - self.cpu) / (time.perf_counter() - self.wall)
 
 
 def peak_rss_watch(root_pid: int, peaks: dict[int, int], stop: threading.Event) -> None:
@@ -150,16 +172,20 @@ def main() -> None:
                 build_dense(node, size - 1, args.dense_txs)
             head = node.head()
             print(f"# {kind}: {head + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-            ceiling = raw_ceiling(node.url, head)
+            with NodeLoad(node.proc.pid) as ceiling_load:
+                ceiling = raw_ceiling(node.url, head)
             for n in workers:
-                rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{kind}_{n}")
-                rows.append((kind, head + 1, n, ceiling, rate, rss))
+                with NodeLoad(node.proc.pid) as load:
+                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{kind}_{n}")
+                rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_load.cores, load.cores))
                 print(f"# {kind} workers={n}: ceiling {ceiling:,.0f} blocks/s, indexer {rate:,.0f} blocks/s "
                       f"({rate / ceiling:.2f}x), peak worker RSS {rss} MB", file=sys.stderr, flush=True)
-    print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio | peak worker RSS (MB) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for kind, blocks, n, ceiling, rate, rss in rows:
-        print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {rss} |")
+    print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
+          "| peak worker RSS (MB) | node's cores busy: ceiling / indexer |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, blocks, n, ceiling, rate, rss, c_load, i_load in rows:
+        print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {rss} "
+              f"| {c_load:.2f} / {i_load:.2f} |")
 
 
 if __name__ == "__main__":

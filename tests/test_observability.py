@@ -20,6 +20,7 @@ import yaml
 from indexer import planner, queue
 
 from .anvil import free_port
+from .conftest import INDEXER as INDEXER_BIN
 from .conftest import REPO
 from .faultproxy import FaultProxy
 from .test_work import Work, running_job, wait_for
@@ -225,3 +226,44 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
     assert not empty, f"panels without data: {empty}"
     # The malformed job failed: its alert is pending (it fires after a minute).
     assert query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}')
+
+
+def test_monitor_serves_the_database_gauges_alone(db_url, conn):
+    planner.plan(conn, 0, 50, 10)
+    queue.complete(conn, queue.claim(conn, "w", lease_seconds=60)[0])
+    port = free_port()
+    env = {"INDEXER_DATABASE_URL": db_url, "INDEXER_METRICS_PORT": str(port), "INDEXER_DB_METRICS_SECONDS": "0.2"}
+    proc = subprocess.Popen([INDEXER_BIN, "monitor"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def served():
+            try:
+                return scrape(port)
+            except requests.ConnectionError:
+                return None
+
+        samples = wait_for(served, "the monitor to serve")
+        assert samples['indexer_jobs{status="pending"}'] == 4 and samples['indexer_jobs{status="done"}'] == 1
+        assert samples["indexer_blocks_remaining"] == 40 and samples["indexer_indexed_through_block"] == 9
+        assert samples["indexer_database_up"] == 1
+        assert not any(k.startswith(("indexer_blocks_indexed", "indexer_rpc_")) for k in samples)
+        queue.claim(conn, "w", lease_seconds=60)
+        wait_for(lambda: scrape(port).get('indexer_jobs{status="running"}') == 1, "the gauges to refresh")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_monitor_with_the_database_down_is_one_line(db_url):
+    url = "postgresql://u:pw123@127.0.0.1:1/x"
+    result = subprocess.run([INDEXER_BIN, "monitor"], env={"INDEXER_DATABASE_URL": url, "INDEXER_METRICS_PORT": "0"},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "indexer monitor: error: INDEXER_METRICS_PORT is 0: nothing to serve"
+    result = subprocess.run([INDEXER_BIN, "monitor"], env={"INDEXER_DATABASE_URL": url,
+                                                            "INDEXER_METRICS_PORT": str(free_port())},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("indexer monitor: error: cannot connect to the database")
+    assert "pw123" not in result.stderr and len(result.stderr.splitlines()) == 1

@@ -423,3 +423,43 @@ def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, c
     assert {k: after[k] for k in expected} == database()
     assert (after["percent_done"], after["eta_seconds"], after["failed_jobs"]) == (100.0, 0.0, [])
     assert after["blocks_per_second"] == (head + 1) / 300
+
+
+def test_an_idle_worker_wakes_on_notify_not_on_its_poll(db_url, conn, chain_node, work):
+    w = work(db_url, chain_node.url, "--workers", "1", INDEXER_POLL_SECONDS="120")
+    wait_for(lambda: conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%%' AND datname = current_database()"
+    ).fetchone()[0] == 1, "the worker to listen")
+    planner.plan(conn, 0, 10, 10)
+    # Well within the 120 s poll: only the NOTIFY of the plan can have woken it.
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 1, "the job", timeout=30)
+    w.kill()
+
+
+def test_the_finalized_block_bounds_the_backfill_when_the_node_has_one(db_url, conn, work):
+    with Anvil() as node:
+        node.mine(100)  # anvil reports head - 64 as finalized
+        finalized = int(node.rpc("eth_getBlockByNumber", "finalized", False)["number"], 16)
+        planner.plan(conn, 0, 101, 200)
+        w = work(db_url, node.url, "--workers", "1", INDEXER_USE_FINALIZED="true", INDEXER_CONFIRMATIONS="5")
+        wait_for(lambda: conn.execute("SELECT cursor FROM jobs WHERE status = 'pending'").fetchone() == (finalized + 1,),
+                 "the job to stop at the finalized block")
+        w.kill()
+    assert conn.execute("SELECT max(number) FROM blocks").fetchone()[0] == finalized < 100 - 5
+
+
+def test_a_node_failing_mid_backfill_gets_the_job_given_back_with_its_error(db_url, conn, chain_node, work):
+    planner.plan(conn, 0, 30, 30)
+    with FaultProxy(chain_node.url, delay=0.05) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", "--batch-size", "1", INDEXER_RPC_MAX_ATTEMPTS="2",
+                 INDEXER_BACKOFF_BASE_SECONDS="30")
+        wait_for(lambda: running_job(conn), "the job to start")
+        proxy.rate, proxy.faults = 1.0, ("http500",)
+        row = wait_for(lambda: conn.execute(
+            "SELECT status, attempts, cursor, last_error, run_at > now() + interval '20 seconds' FROM jobs"
+            " WHERE last_error IS NOT NULL").fetchone(), "the job to be given back")
+        w.kill()
+    status, attempts, cursor, error, backing_off = row
+    assert (status, attempts, backing_off) == ("pending", 1, True)
+    assert cursor > 0 and conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == cursor
+    assert error.endswith("failed after 2 attempts; last: " + proxy.url + ": HTTP 500")
