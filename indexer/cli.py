@@ -117,6 +117,17 @@ def build_parser() -> Parser:
         "that run them apart from the workers (then set INDEXER_DB_METRICS=false for `indexer work`).",
     )
 
+    p = commands.add_parser(
+        "verify",
+        parents=[common],
+        help="find missing blocks, broken parent links and wrong counts; --repair plans them again",
+        description="Check blocks [--from, --to) (--to is exclusive). Exit code 0 only when all is well.",
+    )
+    p.add_argument("--from", dest="start", type=block_number, required=True, metavar="BLOCK")
+    p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK")
+    p.add_argument("--repair", action="store_true",
+                   help="delete the suspect blocks' rows and plan jobs for exactly them, in one transaction")
+
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
     p.add_argument("--max-attempts", type=int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
@@ -168,6 +179,26 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
     metrics.serve(cfg.metrics_port, database=collector, multiprocess=False)
     while True:
         time.sleep(3600)
+
+
+def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from . import verify
+
+    with db.connect(cfg.database_url) as conn:
+        report = verify.check(conn, args.start, args.end)
+        problems = (("missing blocks", report.missing), ("broken parent links below blocks", report.broken_links),
+                    ("blocks with wrong transaction or log counts", report.wrong_counts))
+        for what, numbers in problems:
+            if numbers:
+                shown = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in verify.ranges(numbers)[:20])
+                print(f"{len(numbers):,} {what}: {shown}")
+        if report.ok:
+            print(f"blocks {args.start:,}..{args.end - 1:,}: all present, linked and complete")
+            return 0
+        if args.repair:
+            jobs = verify.repair(conn, report, cfg.chunk)
+            print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")
+    return 1
 
 
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -254,6 +285,7 @@ COMMANDS = {
     "plan": cmd_plan,
     "work": cmd_work,
     "monitor": cmd_monitor,
+    "verify": cmd_verify,
     "reap": cmd_reap,
     "retry": cmd_retry,
     "status": cmd_status,
@@ -270,7 +302,7 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "plan" and args.start >= args.end:
+    if args.command in ("plan", "verify") and args.start >= args.end:
         parser.error(f"--from ({args.start}) must be below --to ({args.end}); --to is exclusive")
     try:
         cfg = settings.load(**{k: getattr(args, k, None) for k in SETTING_FLAGS})

@@ -88,3 +88,9 @@ def test_flags_override_the_environment_and_dotenv(db_url, conn, tmp_path):
                          env={"INDEXER_CHUNK": "10"})
     assert result.returncode == 0, result.stderr
     assert job_count(conn) == 6  # the flag beats the environment, which beats .env
+
+
+def test_verify_checks_its_range_like_plan(db_url):
+    result = run_indexer("verify", "--from", "9", "--to", "3", db_url=db_url)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "indexer: error: --from (9) must be below --to (3); --to is exclusive (see --help)"
