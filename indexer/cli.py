@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import time
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 import psycopg
 import pydantic
@@ -35,44 +35,32 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {redact(message)} (see --help)\n")
 
 
-def block_number(text: str) -> int:
-    try:
-        value = int(text.replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a block number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"block numbers cannot be negative: {text!r}")
-    return value
+def _argument(parse: Callable[[str], float], invalid: str, valid: Callable[[float], bool], out_of_range: str):
+    """An argparse type: `parse`, then `valid`, each failure one clear message."""
+
+    def convert(text: str):  # type: ignore[no-untyped-def]
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{invalid}: {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(out_of_range.format(text=repr(text)))
+        return value
+
+    return convert
 
 
-def chunk_size(text: str) -> int:
-    try:
-        value = int(text.replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of blocks: {text!r}") from None
-    if not 0 < value <= MAX_CHUNK:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_CHUNK:,} blocks, got {text!r}")
-    return value
+def _int_with_commas(text: str) -> int:
+    return int(text.replace(",", ""))  # 2,000,000 reads better than 2000000
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
-    return value
+block_number = _argument(_int_with_commas, "not a block number", lambda v: v >= 0,
+                         "block numbers cannot be negative: {text}")
+chunk_size = _argument(_int_with_commas, "not a whole number of blocks", lambda v: 0 < v <= MAX_CHUNK,
+                       f"must be between 1 and {MAX_CHUNK:,} blocks, got {{text}}")
+positive_int = _argument(int, "not a whole number", lambda v: v > 0, "must be at least 1, got {text}")
+positive_seconds = _argument(float, "not a number of seconds", lambda v: v > 0,
+                             "must be more than 0 seconds, got {text}")
 
 
 def build_parser() -> Parser:
