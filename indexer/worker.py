@@ -161,8 +161,10 @@ class Worker:
     def _give_back_held_job(self) -> None:
         """After a reconnect or on shutdown: return the job we still hold, no attempt spent."""
         if self._held is not None:
-            job, self._held = self._held, None
-            if queue.defer(self.conn, job, cursor=self._cursor):
+            job = self._held
+            kept = queue.defer(self.conn, job, cursor=self._cursor)  # if this fails, try again later
+            self._held = None
+            if kept:
                 metrics.JOB_OUTCOMES.labels("shutdown" if self.stop.is_set() else "given_back").inc()
                 log.info("gave back job %d at block %s", job.id, self._cursor)
             else:

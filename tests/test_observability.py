@@ -221,11 +221,11 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
             time.sleep(2)
             empty = [(title, expr) for title, expr in panel_queries()
                      if not query(prometheus, expr.replace("$instance", ".*"))]
+            # The malformed job failed: its alert is pending (it fires after a minute).
+            wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}'), "the failed-jobs alert")
         finally:
             w.kill()
     assert not empty, f"panels without data: {empty}"
-    # The malformed job failed: its alert is pending (it fires after a minute).
-    assert query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}')
 
 
 def test_monitor_serves_the_database_gauges_alone(db_url, conn):
