@@ -63,6 +63,15 @@ positive_seconds = _argument(float, "not a number of seconds", lambda v: v > 0,
                              "must be more than 0 seconds, got {text}")
 
 
+def retention(text: str):  # type: ignore[no-untyped-def]
+    from .retention import parse_retention
+
+    try:
+        return parse_retention(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument("--database-url", metavar="URL", help="overrides INDEXER_DATABASE_URL")
@@ -115,6 +124,15 @@ def build_parser() -> Parser:
     p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK")
     p.add_argument("--repair", action="store_true",
                    help="delete the suspect blocks' rows and plan jobs for exactly them, in one transaction")
+
+    p = commands.add_parser(
+        "prune",
+        parents=[common],
+        help="drop the months of finished jobs older than a retention",
+        description="Detach (CONCURRENTLY) and drop the monthly partitions of jobs_history whose "
+        "whole month is older than --older-than. Never deletes rows one by one.",
+    )
+    p.add_argument("--older-than", type=retention, required=True, metavar="AGE", help="e.g. 30d or 12h")
 
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
@@ -187,6 +205,15 @@ def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
             jobs = verify.repair(conn, report, cfg.chunk)
             print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")
     return 1
+
+
+def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from . import retention
+
+    with db.connect(cfg.database_url) as conn:
+        dropped = retention.prune(conn, args.older_than)
+    print(f"dropped {len(dropped)} month(s) of finished jobs" + (f": {', '.join(dropped)}" if dropped else ""))
+    return 0
 
 
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -274,6 +301,7 @@ COMMANDS = {
     "work": cmd_work,
     "monitor": cmd_monitor,
     "verify": cmd_verify,
+    "prune": cmd_prune,
     "reap": cmd_reap,
     "retry": cmd_retry,
     "status": cmd_status,

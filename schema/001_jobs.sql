@@ -57,11 +57,12 @@ CREATE TABLE jobs_history (
 
 CREATE INDEX jobs_history_finished_at_idx ON jobs_history (finished_at);
 
--- A safety net: rows land here only if the monthly partition was not made in time.
-CREATE TABLE jobs_history_default PARTITION OF jobs_history DEFAULT;
+-- No DEFAULT partition: `indexer prune` detaches old months CONCURRENTLY, which PostgreSQL
+-- refuses while one exists. Months are made ahead instead (below, and by every reaper pass,
+-- which `indexer work` runs at start-up and every 15 s).
 
 -- Creates the monthly partitions from this month to `months_ahead` months ahead; a no-op for
--- those that exist. Run by `migrate` and by every reaper pass.
+-- those that exist.
 CREATE FUNCTION jobs_history_ensure_partitions(months_ahead integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -493,3 +493,21 @@ def test_verify_finds_gaps_broken_links_and_wrong_counts_and_repair_fixes_them(d
     assert work(db_url, chain_node.url, "--drain").wait() == 0
     assert run_indexer(*whole, db_url=db_url).returncode == 0
     assert_matches_node(conn, chain_node.url, 0, head)
+
+
+def test_no_worker_session_lingers_idle_in_a_transaction(db_url, conn, chain_node):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 6)
+    longest, samples = 0.0, 0
+    with FaultProxy(chain_node.url, delay=0.01) as proxy:
+        w = Work(db_url, proxy.url, "--workers", "2", "--drain", "--batch-size", "1")
+        while w.proc.poll() is None:
+            rows = conn.execute(
+                "SELECT state, extract(epoch FROM now() - state_change)::float8 FROM pg_stat_activity"
+                " WHERE application_name LIKE 'indexer worker%%' AND datname = current_database()").fetchall()
+            samples += bool(rows)
+            longest = max([longest, *(age for state, age in rows if (state or "").startswith("idle in transaction"))])
+        assert w.wait() == 0
+    assert samples > 20, "the backfill ended before it could be watched"
+    # Between the statements of one batch a session is briefly "idle in transaction"; never for long.
+    assert longest < 0.5
