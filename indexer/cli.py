@@ -13,7 +13,7 @@ from typing import Callable, NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, planner, queue, settings
+from . import db, planner, queue, retention, settings, verify
 
 # pool, reaper and metrics are imported inside the commands that use them: prometheus_client
 # chooses its storage when first imported, and `indexer work` must first point it at the
@@ -61,15 +61,7 @@ chunk_size = _argument(_int_with_commas, "not a whole number of blocks", lambda 
 positive_int = _argument(int, "not a whole number", lambda v: v > 0, "must be at least 1, got {text}")
 positive_seconds = _argument(float, "not a number of seconds", lambda v: v > 0,
                              "must be more than 0 seconds, got {text}")
-
-
-def retention(text: str):  # type: ignore[no-untyped-def]
-    from .retention import parse_retention
-
-    try:
-        return parse_retention(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+retention_age = _argument(retention.parse_retention, "not a retention like 30d or 12h", lambda v: True, "")
 
 
 def build_parser() -> Parser:
@@ -132,7 +124,7 @@ def build_parser() -> Parser:
         description="Detach (CONCURRENTLY) and drop the monthly partitions of jobs_history whose "
         "whole month is older than --older-than. Never deletes rows one by one.",
     )
-    p.add_argument("--older-than", type=retention, required=True, metavar="AGE", help="e.g. 30d or 12h")
+    p.add_argument("--older-than", type=retention_age, required=True, metavar="AGE", help="e.g. 30d or 12h")
 
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
@@ -188,8 +180,6 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from . import verify
-
     with db.connect(cfg.database_url) as conn:
         report = verify.check(conn, args.start, args.end)
         problems = (("missing blocks", report.missing), ("broken parent links below blocks", report.broken_links),
@@ -208,8 +198,6 @@ def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from . import retention
-
     with db.connect(cfg.database_url) as conn:
         dropped = retention.prune(conn, args.older_than)
     print(f"dropped {len(dropped)} month(s) of finished jobs" + (f": {', '.join(dropped)}" if dropped else ""))

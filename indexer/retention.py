@@ -39,7 +39,7 @@ def parse_retention(text: str) -> timedelta:
     """'30d' or '12h'."""
     m = _DURATION.match(text.strip())
     if not m or int(m[1]) == 0:
-        raise ValueError(f"not a retention like 30d or 12h: {text!r}")
+        raise ValueError(text)
     n = int(m[1])
     return timedelta(days=n) if m[2] == "d" else timedelta(hours=n)
 
