@@ -7,12 +7,15 @@ import random
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import orjson
 import requests
 
-ANVIL = os.environ.get("INDEXER_TEST_ANVIL", "anvil")
+# scripts/install-anvil puts it in .cache; scripts/test says where in INDEXER_TEST_ANVIL.
+_CACHED = Path(__file__).resolve().parent.parent / ".cache" / "anvil" / "node_modules" / ".bin" / "anvil"
+ANVIL = os.environ.get("INDEXER_TEST_ANVIL") or (str(_CACHED) if _CACHED.exists() else "anvil")
 
 # Init code that returns the 21-byte runtime below. The runtime copies its calldata to memory
 # and emits LOG2(data = calldata, topic0 = first calldata word, topic1 = caller), then

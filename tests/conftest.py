@@ -16,6 +16,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from indexer import db
 
+from .cluster import OwnPostgres
+
 ADMIN_URL = os.environ.get("INDEXER_TEST_DATABASE_URL")
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -106,26 +108,6 @@ def chain_node():
 
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-class OwnPostgres:
-    """A PostgreSQL cluster of the test's own (scripts/pg-start), which it may restart."""
-
-    def __init__(self) -> None:
-        out = subprocess.run([str(REPO / "scripts" / "pg-start")], capture_output=True, text=True, check=True,
-                             env={**os.environ, "PGTMP_FAST": "1"}).stdout
-        values = dict(line.split("=", 1) for line in out.split())
-        self.url, self.bin, self.data = values["PGTMP_URL"], values["PGTMP_BIN"], values["PGTMP_DATA"]
-
-    def pg_ctl(self, *args: str) -> None:
-        as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        # The server pg_ctl starts must not inherit our pipes, or run() would wait for it to exit.
-        log = str(Path(self.data).parent / "server.log")
-        subprocess.run([*as_owner, f"{self.bin}/pg_ctl", "-D", self.data, "-l", log, "-w", *args], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def stop(self) -> None:
-        subprocess.run([str(REPO / "scripts" / "pg-stop"), self.bin, self.data], check=False)
 
 
 @pytest.fixture

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Chaos backfill: whatever happens to workers, the node or the database, every planned block
+ends up indexed exactly once, and no stale worker completes a claim that is no longer its own.
+
+On loopback only, bounded in time: a PostgreSQL of its own, anvil with a chain of transfers,
+contract calls and logs, and a fault-injecting proxy in front of it (errors, 429s, timeouts,
+truncated and reordered batch answers). `indexer work --workers N` backfills through the proxy
+while, for --seconds, the run kills random workers with SIGKILL (the pool starts new ones),
+stalls others with SIGSTOP past their lease and resumes them, and restarts PostgreSQL (fast
+shutdown) --restarts times. Then it lets the backfill finish and checks, and prints:
+every block present once, the parent-hash chain continuous, transaction and log counts equal to
+the node's, no job left running, stale heartbeats and completions rejected, jobs run more than
+once, and blocks lost. Exit code 0 only when all checks hold.
+
+    .venv/bin/python scripts/chaos.py [--seconds 60] [--workers 8] [--busy-blocks 60] [--blocks 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from indexer import verify  # noqa: E402
+from tests.anvil import Anvil, build_chain  # noqa: E402
+from tests.cluster import OwnPostgres  # noqa: E402
+from tests.faultproxy import FaultProxy  # noqa: E402
+
+INDEXER = str(Path(sys.executable).with_name("indexer"))
+LEASE = 2.0
+BATCH = 5
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def signal_quietly(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60, help="how long faults are injected")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--busy-blocks", type=int, default=60, help="blocks with transactions and logs")
+    ap.add_argument("--blocks", type=int, default=5000, help="chain height (the rest are empty blocks)")
+    ap.add_argument("--restarts", type=int, default=2, help="PostgreSQL restarts during the run")
+    ap.add_argument("--fault-rate", type=float, default=0.1, help="share of node answers that are faulty")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rnd = random.Random(args.seed)
+
+    pg = OwnPostgres()
+    log = Path(tempfile.mkstemp(prefix="chaos-work-", suffix=".log")[1])
+    try:
+        # Pruned history mines empty blocks fast; blocks, transactions and receipts stay.
+        with Anvil("--no-mining", "--prune-history", "--hardfork", "cancun") as node:
+            build_chain(node, busy_blocks=args.busy_blocks, empty_every=0)
+            node.mine(max(0, args.blocks - 1 - node.head()))
+            head = node.head()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+            env |= {
+                "INDEXER_DATABASE_URL": pg.url, "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0",
+                "INDEXER_LEASE_SECONDS": str(LEASE), "INDEXER_REAP_SECONDS": "0.5", "INDEXER_POLL_SECONDS": "1",
+                "INDEXER_BACKOFF_BASE_SECONDS": "0.05", "INDEXER_MAX_ATTEMPTS": "50", "INDEXER_METRICS_PORT": "0",
+                "INDEXER_RPC_TIMEOUT": "2", "INDEXER_RPC_MAX_ATTEMPTS": "20", "INDEXER_BATCH_SIZE": str(BATCH),
+                "INDEXER_RPC_IN_FLIGHT": "1",
+            }
+            for cmd in (["migrate"], ["plan", "--from", "0", "--to", str(head + 1), "--chunk", "10"]):
+                subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
+            # Slow the node down so that the backfill outlasts the storm (two requests a batch).
+            delay = 1.3 * args.seconds * args.workers / (2 * (head + 1) / BATCH)
+            with FaultProxy(node.url, rate=args.fault_rate, hold_seconds=2.5, retry_after="0.3", delay=delay,
+                            seed=args.seed) as proxy:
+                env["INDEXER_RPC_URL"] = proxy.url
+                with log.open("w") as out:
+                    pool = subprocess.Popen([INDEXER, "work", "--workers", str(args.workers), "--drain"],
+                                            env=env, stdout=out, stderr=subprocess.STDOUT)
+                events = {"killed": 0, "stalled": 0, "postgres restarts": 0}
+                restart_at = sorted(rnd.uniform(0.2, 0.8) * args.seconds for _ in range(args.restarts))
+                started = time.monotonic()
+                while (elapsed := time.monotonic() - started) < args.seconds and pool.poll() is None:
+                    if restart_at and elapsed >= restart_at[0]:
+                        restart_at.pop(0)
+                        pg.pg_ctl("-m", "fast", "restart")
+                        events["postgres restarts"] += 1
+                    workers = children(pool.pid)
+                    action = rnd.random()
+                    if workers and action < 0.15:
+                        events["killed"] += signal_quietly(rnd.choice(workers), signal.SIGKILL)
+                    elif workers and action < 0.25:
+                        victim = rnd.choice(workers)
+                        if signal_quietly(victim, signal.SIGSTOP):
+                            events["stalled"] += 1
+                            time.sleep(LEASE * 1.5)  # past its lease: the reaper takes the job back
+                            signal_quietly(victim, signal.SIGCONT)
+                    time.sleep(0.5)
+                proxy.rate = 0.0  # the storm is over: let the backfill finish
+                try:
+                    code = pool.wait(600)
+                except subprocess.TimeoutExpired:
+                    pool.kill()
+                    code = "timeout"
+                served = dict(proxy.served)
+            return report(pg.url, node, head, code, events, served, log.read_text())
+    finally:
+        pg.stop()
+
+
+def report(url: str, node: Anvil, head: int, code: object, events: dict, served: dict, output: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        blocks = conn.execute("SELECT count(*), count(DISTINCT number) FROM blocks").fetchone()
+        check = verify.check(conn, 0, head + 1)
+        stored = dict(conn.execute("SELECT number, transaction_count * 1000000 + log_count FROM blocks").fetchall())
+        left = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+        archived = conn.execute("SELECT count(*), count(*) FILTER (WHERE attempts > 1) FROM jobs_history").fetchone()
+        expired = conn.execute("SELECT count(*) FROM lease_expirations").fetchone()[0]
+    mismatched = 0
+    for first in range(0, head + 1, 100):
+        numbers = list(range(first, min(first + 100, head + 1)))
+        for n in numbers:
+            block = node.rpc("eth_getBlockByNumber", hex(n), False)
+            receipts = node.rpc("eth_getBlockReceipts", block["hash"]) or []
+            expected = len(block["transactions"]) * 1000000 + sum(len(r["logs"]) for r in receipts)
+            mismatched += stored.get(n) != expected
+    stale = output.count("lost claim on job")
+    lost = len(check.missing)
+    checks = {
+        "indexer work --drain exited 0": code == 0,
+        f"every block 0..{head} present once ({blocks[0]} rows)": blocks[0] == blocks[1] == head + 1,
+        "parent-hash chain continuous": not check.broken_links,
+        "transaction and log counts equal the node's": mismatched == 0 and not check.wrong_counts,
+        "no job left running or pending": not left,
+        "blocks lost: 0": lost == 0,
+    }
+    print(f"faults injected: {events}; node answers: {served}")
+    print(f"leases taken back by the reaper: {expired}; stale heartbeats/completions rejected: {stale}; "
+          f"jobs run more than once: {archived[1]} of {archived[0]}; blocks lost: {lost}")
+    for what, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {what}")
+    if not all(checks.values()):
+        print(output[-4000:])
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

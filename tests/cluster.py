@@ -1,0 +1,28 @@
+"""A PostgreSQL cluster of a test's (or the chaos run's) own, made by scripts/pg-start, which it
+may restart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class OwnPostgres:
+    def __init__(self) -> None:
+        out = subprocess.run([str(REPO / "scripts" / "pg-start")], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PGTMP_FAST": "1"}).stdout
+        values = dict(line.split("=", 1) for line in out.split())
+        self.url, self.bin, self.data = values["PGTMP_URL"], values["PGTMP_BIN"], values["PGTMP_DATA"]
+
+    def pg_ctl(self, *args: str) -> None:
+        as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        # The server pg_ctl starts must not inherit our pipes, or run() would wait for it to exit.
+        log = str(Path(self.data).parent / "server.log")
+        subprocess.run([*as_owner, f"{self.bin}/pg_ctl", "-D", self.data, "-l", log, "-w", *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        subprocess.run([str(REPO / "scripts" / "pg-stop"), self.bin, self.data], check=False)
