@@ -103,6 +103,11 @@ def main() -> int:
                         events["postgres restarts"] += 1
                     workers = children(pool.pid)
                     action = rnd.random()
+                    # At least one kill and one stall in any run, however short or unlucky.
+                    if not events["killed"] and elapsed > 0.3 * args.seconds:
+                        action = 0.0
+                    elif not events["stalled"] and elapsed > 0.5 * args.seconds:
+                        action = 0.2
                     if workers and action < 0.15:
                         events["killed"] += signal_quietly(rnd.choice(workers), signal.SIGKILL)
                     elif workers and action < 0.25:

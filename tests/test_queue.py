@@ -23,8 +23,9 @@ def expire(conn: psycopg.Connection, job_id: int) -> None:
     conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (job_id,))
 
 
-def _claim_loop(url: str, worker: str) -> None:
+def _claim_loop(url: str, worker: str, start) -> None:
     with db.connect(url) as conn:
+        start.wait(60)  # every process connected: now they race
         while claims := queue.claim(conn, worker, lease_seconds=LEASE):
             (job,) = claims
             conn.execute(
@@ -43,7 +44,8 @@ def test_ten_workers_claim_every_job_exactly_once(db_url, conn):
     )
     planner.plan(conn, 0, 2_000_000, 10_000)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_claim_loop, args=(db_url, f"worker-{i}")) for i in range(10)]
+    start = ctx.Barrier(10)
+    procs = [ctx.Process(target=_claim_loop, args=(db_url, f"worker-{i}", start)) for i in range(10)]
     for p in procs:
         p.start()
     for p in procs:
@@ -250,3 +252,25 @@ def test_history_partitions_are_made_ahead_and_idempotently(conn):
     assert months == 3  # this month and two ahead
     assert queue.ensure_history_partitions(conn, 2) == 0
     assert queue.ensure_history_partitions(conn, 5) == 3
+
+
+def test_many_reapers_at_once_take_each_lease_back_exactly_once(db_url, conn):
+    import threading
+
+    ids = queue.enqueue(conn, "index_blocks", [{"from": i, "to": i} for i in range(300)])
+    queue.claim(conn, "w", lease_seconds=LEASE, limit=300)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second'")
+    results: list[list[queue.Reaped]] = []
+
+    def reaper():
+        with db.connect(db_url) as c:
+            results.append(queue.reap(c, max_attempts=5, batch=20))
+
+    threads = [threading.Thread(target=reaper) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reaped = sorted(r.id for rs in results for r in rs)
+    assert reaped == ids
+    assert conn.execute("SELECT count(*) FROM lease_expirations").fetchone()[0] == 300
