@@ -138,3 +138,18 @@ def test_work_against_a_node_answering_html_fails_clearly(db_url, conn, chain_no
     assert last.startswith("indexer work: error: 1 call(s) failed after 2 attempts; last: ")
     assert "answer is not JSON: b'<html><body>502 Bad Gateway" in last
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
+
+
+def test_a_database_password_never_shows_in_output(db_url, conn, chain_node):
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(db_url)
+    # The test server trusts local connections, so any password connects: it must still not show.
+    url = f"postgresql://{parts['user']}:HUNTER2SECRET@{parts['host']}:{parts['port']}/{parts['dbname']}"
+    planner.plan(conn, 0, 5, 10)
+    outputs = [run_indexer(*cmd, env={"INDEXER_DATABASE_URL": url, "INDEXER_RPC_URL": chain_node.url,
+                                       "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0"})
+               for cmd in (["status"], ["status", "--json"], ["work", "--drain", "--log-level", "DEBUG"], ["reap"],
+                           ["verify", "--from", "0", "--to", "5"])]
+    assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0]
+    assert not any("HUNTER2SECRET" in r.stdout + r.stderr for r in outputs)

@@ -12,7 +12,7 @@ every block present once, the parent-hash chain continuous, transaction and log 
 the node's, no job left running, stale heartbeats and completions rejected, jobs run more than
 once, and blocks lost. Exit code 0 only when all checks hold.
 
-    .venv/bin/python scripts/chaos.py [--seconds 60] [--workers 8] [--busy-blocks 60] [--blocks 5000]
+    scripts/chaos [--seconds 60] [--workers 8] [--busy-blocks 60] [--blocks 5000]
 """
 
 from __future__ import annotations
