@@ -36,23 +36,11 @@ from indexer import verify  # noqa: E402
 from tests.anvil import Anvil, build_chain  # noqa: E402
 from tests.cluster import OwnPostgres  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
+from tests.processes import children, signal_quietly  # noqa: E402
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 LEASE = 2.0
 BATCH = 5
-
-
-def children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def signal_quietly(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def main() -> int:
