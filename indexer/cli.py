@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 from typing import Callable, NoReturn, Sequence
 
@@ -207,15 +208,18 @@ def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
     from . import reaper
 
+    # A stop request ends the loop between passes, never inside one.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.set())
     with db.connect(cfg.database_url) as conn:
         while True:
             reaped = reaper.reap_once(conn, cfg)
             failed = sum(r.status == "failed" for r in reaped)
             if reaped or args.every is None:
                 print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
-            if args.every is None:
+            if args.every is None or stop.wait(args.every):
                 return 0
-            time.sleep(args.every)
 
 
 def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -247,6 +251,7 @@ def status_json(st: queue.QueueStatus) -> dict:
         "indexed_blocks": st.indexed_blocks,
         "percent_done": st.percent_done,
         "blocks_per_second": st.blocks_per_second,
+        "speed_window_seconds": st.speed_window_seconds,
         "eta_seconds": st.eta_seconds,
         "oldest_pending_age_seconds": st.oldest_pending_age_seconds,
         "expired_leases_last_hour": st.expired_leases_last_hour,
@@ -273,7 +278,7 @@ def render_status(st: queue.QueueStatus) -> str:
     pct = st.percent_done
     lines.append(f"blocks   {st.indexed_blocks:>10,} of {st.planned_blocks:,} indexed"
                  + (f" ({pct:.1f}%)" if pct is not None else ""))
-    lines.append(f"speed    {st.blocks_per_second:>10,.1f} blocks/s over the last 5 min; "
+    lines.append(f"speed    {st.blocks_per_second:>10,.1f} blocks/s over the last {_duration(st.speed_window_seconds)}; "
                  f"ETA {_duration(st.eta_seconds)}")
     age = st.oldest_pending_age_seconds
     lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")

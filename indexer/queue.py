@@ -162,6 +162,15 @@ SELECT
 FROM block_ranges
 """
 
+# The speed window: the last `window` seconds, or less when the work began more recently (the
+# oldest live job, or the oldest job finished within the window, was planned then).
+SPEED_WINDOW = """
+SELECT least(%(window)s::float8, greatest(1.0, extract(epoch FROM now() - least(
+    (SELECT min(created_at) FROM jobs),
+    (SELECT min(created_at) FROM jobs_history WHERE finished_at > now() - make_interval(secs => %(window)s))
+)))::float8)
+"""
+
 FAILED_JOBS = """
 SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = 'failed' ORDER BY id LIMIT %(limit)s
 """
@@ -321,7 +330,8 @@ class QueueStatus:
     oldest_pending_age_seconds: float | None
     planned_blocks: int
     indexed_blocks: int
-    blocks_per_second: float  # over the last `window` seconds, from jobs finished in it
+    blocks_per_second: float  # of the jobs finished within the speed window
+    speed_window_seconds: float
     expired_leases_last_hour: int
     failed: list[FailedJob]
 
@@ -343,5 +353,6 @@ def status(conn: psycopg.Connection, *, window_seconds: float = 300.0, failed_li
         counts[name] += n
     age = conn.execute(OLDEST_PENDING_AGE).fetchone()[0]
     planned, indexed, recent, expired = conn.execute(STATUS_PROGRESS, {"window": window_seconds}).fetchone()
+    window = conn.execute(SPEED_WINDOW, {"window": window_seconds}).fetchone()[0]
     failed = [FailedJob(*row) for row in conn.execute(FAILED_JOBS, {"limit": failed_limit})]
-    return QueueStatus(counts, age, int(planned), int(indexed), float(recent) / window_seconds, expired, failed)
+    return QueueStatus(counts, age, int(planned), int(indexed), float(recent) / window, window, expired, failed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -78,7 +79,8 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     lines = text.stdout.splitlines()
     assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
     assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
-    assert lines[5].startswith("speed           0.0 blocks/s over the last 5 min; ETA")  # one job of 10 in 300 s
+    # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
+    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
     assert lines[6].startswith("oldest pending job waiting: ") and lines[6].endswith(" s")
     assert lines[7] == "expired leases in the last hour: 1"
     assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
@@ -86,8 +88,10 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
     assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
     assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
-    assert as_json["blocks_per_second"] == 10 / 300
-    assert as_json["eta_seconds"] == 36 / (10 / 300)
+    window = as_json["speed_window_seconds"]
+    assert 1 <= window < 60
+    assert as_json["blocks_per_second"] == 10 / window
+    assert as_json["eta_seconds"] == 36 / (10 / window)
     assert as_json["expired_leases_last_hour"] == 1
     assert as_json["failed_jobs"] == [{"id": failed.id, "kind": "index_blocks", "payload": {"from": 10, "to": 19},
                                        "attempts": 1, "last_error": "bad block"}]
