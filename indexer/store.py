@@ -65,7 +65,7 @@ ON CONFLICT (block_number, log_index) DO NOTHING
 
 
 def prepare(conn: psycopg.Connection) -> None:
-    """Creates this session's staging tables (psycopg_pool's `configure` hook calls it)."""
+    """Creates this session's staging tables; the worker calls it on every new connection."""
     conn.execute(CREATE_STAGING_TABLES)
     if not conn.autocommit:
         conn.commit()

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from indexer import db
 
@@ -92,10 +92,6 @@ def run_indexer(*args: str, db_url: str | None = None, env: dict[str, str] | Non
                           timeout=timeout, cwd=cwd or Path(__file__).parent)
 
 
-def dbname(url: str) -> str:
-    return conninfo_to_dict(url)["dbname"]
-
-
 @pytest.fixture(scope="session")
 def chain_node():
     """One anvil with a built chain (about 35 blocks, ~120 transactions, ~100 logs), shared by the
@@ -105,9 +101,6 @@ def chain_node():
     with Anvil("--no-mining") as node:
         build_chain(node, busy_blocks=20)
         yield node
-
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture

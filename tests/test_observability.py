@@ -21,7 +21,7 @@ from indexer import planner, queue
 
 from .anvil import free_port
 from .conftest import INDEXER as INDEXER_BIN
-from .conftest import REPO
+from .cluster import REPO
 from .faultproxy import FaultProxy
 from .test_work import Work, running_job, wait_for
 
@@ -217,7 +217,7 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
             conn.execute("VACUUM jobs")  # as autovacuum would, given time: the vacuum panel needs one
             for expr in ('indexer_jobs{status="pending"} == 0', "indexer_pg_table_last_vacuum_timestamp_seconds > 0",
                          "increase(indexer_expired_leases_total[1h]) > 0"):
-                wait_for(lambda: query(prometheus, expr), f"Prometheus to see {expr}", timeout=60)
+                wait_for(lambda expr=expr: query(prometheus, expr), f"Prometheus to see {expr}", timeout=60)
             time.sleep(2)
             empty = [(title, expr) for title, expr in panel_queries()
                      if not query(prometheus, expr.replace("$instance", ".*"))]

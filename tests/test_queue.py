@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
-import time
 
 import psycopg
-import pytest
 
 from indexer import db, planner, queue
 

@@ -14,7 +14,7 @@ import yaml
 from indexer.cli import build_parser
 from indexer.settings import Settings
 
-from .conftest import REPO
+from .cluster import REPO
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]

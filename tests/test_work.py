@@ -51,7 +51,7 @@ class Work:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"indexer work did not finish in {timeout} s:\n{self.output()[-3000:]}")
+            raise AssertionError(f"indexer work did not finish in {timeout} s:\n{self.output()[-3000:]}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
