@@ -16,7 +16,7 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -49,13 +49,13 @@ SET status = 'running',
     claim_token = gen_random_uuid(),
     locked_until = now() + make_interval(secs => %(lease)s),
     updated_at = now()
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM jobs
     WHERE status = 'pending' AND run_at <= now()
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
 """
 
@@ -69,16 +69,30 @@ RETURNING locked_until
 """
 
 # Delete from the hot table and archive in one statement: a job is never in both, or neither.
-COMPLETE = """
-WITH finished AS (
-    DELETE FROM jobs
-    WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
-    RETURNING id, kind, payload, attempts, locked_by, last_error, created_at
-)
-INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
-SELECT id, kind, payload, 'done', attempts, locked_by, last_error, created_at, now()
-FROM finished
-RETURNING id
+# Takes arrays, so that one statement (one commit) finishes a whole batch of claims.
+_FINISH = """
+finished AS (
+    DELETE FROM jobs AS j
+    USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
+    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = 'running'
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.locked_by, j.last_error, j.created_at
+), archived AS (
+    INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
+    SELECT id, kind, payload, 'done', attempts, locked_by, last_error, created_at, now()
+    FROM finished
+    RETURNING id
+)"""
+
+COMPLETE = f"WITH {_FINISH} SELECT id FROM archived"
+
+# Finishes jobs and claims the next ones in one statement, so a busy worker pays one round trip
+# and one commit per job instead of two. The claim cannot pick a job being finished (those are
+# 'running'). Always returns one row at least: the ids finished, then the claim's columns, NULL
+# when nothing was claimed.
+COMPLETE_AND_CLAIM = f"""
+WITH {_FINISH}, claimed AS ({CLAIM})
+SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM archived), claimed.*
+FROM (VALUES (1)) AS one LEFT JOIN claimed ON true
 """
 
 GIVE_BACK = f"""
@@ -88,7 +102,6 @@ SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending'
                   ELSE now() + make_interval(secs => {_BACKOFF}) END,
     finished_at = CASE WHEN attempts >= %(max_attempts)s THEN now() END,
     last_error = %(error)s,
-    cursor = coalesce(%(cursor)s, cursor),
     locked_by = NULL, claim_token = NULL, locked_until = NULL,
     updated_at = now()
 WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
@@ -102,7 +115,6 @@ UPDATE jobs
 SET status = 'pending',
     attempts = greatest(attempts - 1, 0),
     run_at = now() + make_interval(secs => %(delay)s),
-    cursor = coalesce(%(cursor)s, cursor),
     locked_by = NULL, claim_token = NULL, locked_until = NULL,
     updated_at = now()
 WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
@@ -241,7 +253,27 @@ def heartbeat(conn: psycopg.Connection, job: Claim, *, lease_seconds: float, cur
 
 def complete(conn: psycopg.Connection, job: Claim) -> bool:
     """Archives the job as done. False: the claim was lost and the job is not ours to finish."""
-    return conn.execute(COMPLETE, {"id": job.id, "token": job.token}).fetchone() is not None
+    return bool(complete_many(conn, [job]))
+
+
+def complete_many(conn: psycopg.Connection, jobs: Sequence[Claim]) -> set[int]:
+    """Archives the jobs in one statement; returns the ids finished (a lost claim's is missing)."""
+    rows = conn.execute(COMPLETE, _finish_params(jobs)).fetchall()
+    return {row[0] for row in rows}
+
+
+def complete_and_claim(
+    conn: psycopg.Connection, jobs: Sequence[Claim], worker: str, *, lease_seconds: float, limit: int = 1
+) -> tuple[set[int], list[Claim]]:
+    """`complete_many` and `claim` in one round trip: (ids finished, jobs claimed)."""
+    params = _finish_params(jobs) | {"worker": worker, "lease": lease_seconds, "limit": limit}
+    rows = conn.execute(COMPLETE_AND_CLAIM, params).fetchall()
+    claims = sorted((Claim(*row[1:]) for row in rows if row[1] is not None), key=lambda c: c.id)
+    return set(rows[0][0]), claims
+
+
+def _finish_params(jobs: Sequence[Claim]) -> dict[str, Any]:
+    return {"ids": [j.id for j in jobs], "tokens": [j.token for j in jobs]}
 
 
 def give_back(
@@ -250,7 +282,6 @@ def give_back(
     error: str,
     *,
     max_attempts: int,
-    cursor: int | None = None,
     backoff_base: float = BACKOFF_BASE_SECONDS,
 ) -> str | None:
     """Returns a failed job to the queue with backoff, or marks it failed after its last attempt.
@@ -259,15 +290,15 @@ def give_back(
     """
     params = {
         "id": job.id, "token": job.token, "error": error, "max_attempts": max_attempts,
-        "cursor": cursor, "backoff_base": backoff_base,
+        "backoff_base": backoff_base,
     }
     row = conn.execute(GIVE_BACK, params).fetchone()
     return row[0] if row else None
 
 
-def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0, cursor: int | None = None) -> bool:
+def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0) -> bool:
     """Returns the job to pending without spending an attempt. False: the claim was lost."""
-    params = {"id": job.id, "token": job.token, "delay": delay_seconds, "cursor": cursor}
+    params = {"id": job.id, "token": job.token, "delay": delay_seconds}
     return conn.execute(DEFER, params).fetchone() is not None
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
+import uuid
 
 import psycopg
 
 from indexer import db, planner, queue
+from indexer.worker import session_options
 
 LEASE = 30.0
 
@@ -149,7 +152,8 @@ def test_give_back_keeps_the_error_and_fails_after_the_last_attempt(conn):
     for attempt in range(1, 4):
         make_runnable(conn, job_id)
         (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
-        new_status = queue.give_back(conn, job, f"rpc error #{attempt}", max_attempts=3, cursor=attempt)
+        assert queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=attempt)
+        new_status = queue.give_back(conn, job, f"rpc error #{attempt}", max_attempts=3)
         assert new_status == ("failed" if attempt == 3 else "pending")
     row = conn.execute("SELECT status, attempts, last_error, cursor, finished_at IS NOT NULL FROM jobs").fetchone()
     assert row == ("failed", 3, "rpc error #3", 3, True)
@@ -167,11 +171,27 @@ def test_give_back_backs_off(conn):
 def test_defer_spends_no_attempt(conn):
     queue.enqueue(conn, "index_blocks", [{"from": 0, "to": 9}])
     (job,) = queue.claim(conn, "w", lease_seconds=LEASE)
-    assert queue.defer(conn, job, delay_seconds=0, cursor=4)
+    assert queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=4)
+    assert queue.defer(conn, job, delay_seconds=0)
     (again,) = queue.claim(conn, "w", lease_seconds=LEASE)
     assert (again.attempts, again.cursor) == (1, 4)
     assert queue.defer(conn, again, delay_seconds=120)
     assert queue.claim(conn, "w", lease_seconds=LEASE) == []
+
+
+def test_complete_and_claim_finishes_a_batch_and_claims_the_next_in_one_statement(conn):
+    ids = queue.enqueue(conn, "index_blocks", [{"from": i, "to": i} for i in range(6)])
+    first = queue.claim(conn, "w", lease_seconds=LEASE, limit=2)
+    finished, following = queue.complete_and_claim(conn, first, "w", lease_seconds=LEASE, limit=3)
+    assert finished == set(ids[:2]) and [c.id for c in following] == ids[2:5]
+    assert conn.execute("SELECT array_agg(id ORDER BY id) FROM jobs_history").fetchone()[0] == ids[:2]
+    # A lost claim is not finished, and the claim half still works without it.
+    conn.execute("UPDATE jobs SET claim_token = gen_random_uuid() WHERE id = %s", (ids[2],))
+    finished, last = queue.complete_and_claim(conn, following, "w", lease_seconds=LEASE, limit=5)
+    assert finished == set(ids[3:5]) and [c.id for c in last] == ids[5:]
+    assert queue.complete_and_claim(conn, [], "w", lease_seconds=LEASE) == (set(), [])
+    assert queue.complete_many(conn, last) == {ids[5]}
+    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 5
 
 
 def test_claims_come_in_run_at_order_and_batches(conn):
@@ -231,6 +251,30 @@ def test_the_claim_query_uses_the_partial_index(conn):
     plan = conn.execute("EXPLAIN " + queue.CLAIM, params).fetchall()
     text = "\n".join(row[0] for row in plan)
     assert "jobs_claimable_idx" in text, text
+
+
+def test_a_worker_sessions_generic_plans_use_the_indexes(db_url, conn):
+    """Worker sessions force generic plans (`worker.session_options`): the queue's hot statements
+    must keep their index scans without knowing their parameters."""
+    planner.plan(conn, 0, 2_000_000, 100)  # 20,000 jobs
+    conn.execute("ANALYZE jobs")
+    statements = {
+        "claim": (queue.CLAIM, {"worker": "w", "lease": LEASE, "limit": 1}),
+        "complete_and_claim": (queue.COMPLETE_AND_CLAIM, {"ids": [1], "tokens": [uuid.uuid4()], "worker": "w",
+                                                          "lease": LEASE, "limit": 1}),
+        "heartbeat": (queue.HEARTBEAT, {"id": 1, "token": uuid.uuid4(), "lease": LEASE, "cursor": 5}),
+    }
+    with psycopg.connect(db_url, autocommit=True, options=session_options(LEASE),
+                         cursor_factory=psycopg.ClientCursor) as worker:
+        for name, (sql, args) in statements.items():
+            names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+            numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", sql)
+            worker.execute(f"PREPARE {name} AS {numbered}")
+            placeholders = ", ".join(["%s"] * len(names))
+            plan = "\n".join(r[0] for r in worker.execute(f"EXPLAIN EXECUTE {name}({placeholders})",
+                                                            [args[n] for n in names]))
+            assert re.search(r"\$\d", plan), plan  # the generic plan: parameters unknown to the planner
+            assert "Seq Scan" not in plan, (name, plan)
 
 
 def test_status_counts_every_state(conn):
