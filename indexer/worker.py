@@ -7,7 +7,8 @@ Following one job:
 3. Each batch is one short transaction: `store.write`, then `queue.heartbeat` (extends the
    lease, records the resume cursor, checks the token). A heartbeat that finds no row means the
    reaper took the job back: the transaction, batch and all, is rolled back and the job dropped.
-4. At the end, `queue.complete` archives the job, again only if the token still holds.
+4. At the end, `queue.complete_and_claim` archives the job, again only if the token still
+   holds, and claims the next one in the same statement.
    A range reaching past the safe head is indexed as far as is safe, then deferred.
 Errors give the job back with backoff (`queue.give_back`); SIGTERM/SIGINT gives it back at
 once with no attempt spent (`queue.defer`). The database going away is survived: the worker
@@ -45,6 +46,28 @@ log = logging.getLogger(__name__)
 STATEMENT_TIMEOUT_MS = 120_000
 
 CHAIN_DATA_ATTEMPTS = 3
+
+
+def session_options(lease_seconds: float) -> str:
+    """Settings of a worker's database sessions.
+
+    Their commits are asynchronous (`synchronous_commit=off`): a commit returns before its WAL
+    reaches the disk, and a server crash may forget the last fraction of a second of them,
+    always a suffix in commit order. Nothing committed this way is work that can be lost: a
+    forgotten claim, heartbeat or completion leaves the job as it was before, to be reaped and
+    run again (the queue is at-least-once, the writes idempotent), and a batch of chain rows
+    commits together with the heartbeat that moves the job's resume cursor past it, so the
+    cursor never points beyond rows that survived. The worker never trusts its own memory of
+    the cursor over the database's. `indexer plan`, `retry` and the reaper commit durably.
+
+    Prepared statements (psycopg prepares a statement from its fifth run) always use their
+    generic plan: planning each run anew cost as much as running the claim. The queue's
+    statements are written so that their generic plans are the right ones (tests/test_queue.py
+    checks). BENCHMARKS.md measures what both settings are worth.
+    """
+    return (f"-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
+            f" -c idle_in_transaction_session_timeout={int(lease_seconds * 1000)}"
+            f" -c statement_timeout={STATEMENT_TIMEOUT_MS}")
 
 
 class LostClaim(Exception):
@@ -99,8 +122,7 @@ class Worker:
     def _connect(self) -> psycopg.Connection:
         return psycopg.connect(
             self.cfg.database_url, autocommit=True, application_name=f"indexer worker {self.name}",
-            options=f"-c idle_in_transaction_session_timeout={int(self.cfg.lease_seconds * 1000)}"
-            f" -c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            options=session_options(self.cfg.lease_seconds),
             connect_timeout=10,
         )
 
@@ -132,22 +154,26 @@ class Worker:
     def run(self) -> int:
         """Works until stopped (or, with drain, until no job is pending or running)."""
         failures = 0
+        job: queue.Claim | None = None  # claimed together with the previous job's completion
         while not self.stop.is_set():
             if os.getppid() != self._parent:
                 log.warning("the pool process is gone; stopping")
                 break
             try:
                 self._give_back_held_job()
-                with metrics.CLAIM_SECONDS.time():
-                    claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
+                if job is None:
+                    with metrics.CLAIM_SECONDS.time():
+                        claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
+                    job = claims[0] if claims else None
                 failures = 0
-                if claims:
-                    self.run_job(claims[0])
+                if job is not None:
+                    job = self.run_job(job)
                 elif self.drain and not queue.has_unfinished_jobs(self.conn):
                     break
                 else:
                     self._wait_for_work()
             except psycopg.OperationalError as exc:
+                job = None  # if it was claimed, it is held: given back after reconnecting
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6))
                 log.warning("database unavailable (%s); reconnecting in %.1f s", redact(first_line(exc)), delay)
@@ -162,7 +188,7 @@ class Worker:
         """After a reconnect or on shutdown: return the job we still hold, no attempt spent."""
         if self._held is not None:
             job = self._held
-            kept = queue.defer(self.conn, job, cursor=self._cursor)  # if this fails, try again later
+            kept = queue.defer(self.conn, job)  # if this fails, try again later
             self._held = None
             if kept:
                 metrics.JOB_OUTCOMES.labels("shutdown" if self.stop.is_set() else "given_back").inc()
@@ -188,16 +214,20 @@ class Worker:
 
     # -- one job -------------------------------------------------------------------------------
 
-    def run_job(self, job: queue.Claim) -> None:
+    def run_job(self, job: queue.Claim) -> queue.Claim | None:
+        """Runs one job; returns the next one when it was claimed along with this one's completion."""
+        self._held = job
         bounds = _payload_bounds(job)
         if bounds is None:
             # Cannot succeed on any retry: fail it now, keeping the reason.
             queue.give_back(self.conn, job, f"malformed job: kind {job.kind!r}, payload {job.payload!r}", max_attempts=0)
             metrics.JOB_OUTCOMES.labels("failed").inc()
             log.error("job %d failed: malformed payload %r", job.id, job.payload)
-            return
+            self._held = None
+            return None
         first, last = bounds
-        self._held, self._cursor = job, max(first, job.cursor or first)
+        self._cursor = max(first, job.cursor or first)
+        following: queue.Claim | None = None
         started = time.monotonic()
         try:
             safe = self._safe_head()
@@ -219,10 +249,16 @@ class Worker:
                     self.counters.add(blocks=blocks)
             past_safe_head = self._cursor <= last
             if past_safe_head:
-                kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds, cursor=self._cursor)
-            else:
+                kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
+            elif self.stop.is_set():
                 kept = queue.complete(self.conn, job)
-            self._held = None
+            else:
+                with metrics.CLAIM_SECONDS.time():
+                    finished, claims = queue.complete_and_claim(
+                        self.conn, [job], self.name, lease_seconds=self.cfg.lease_seconds)
+                kept = job.id in finished
+                following = claims[0] if claims else None
+            self._held = following
             if not kept:
                 raise LostClaim()
             if past_safe_head:
@@ -235,7 +271,7 @@ class Worker:
                     self.counters.add(jobs=1)
                 log.debug("job %d (%d..%d) done in %.2f s", job.id, first, last, time.monotonic() - started)
         except LostClaim:
-            self._held = None
+            self._held = following  # the claim that came with a lost completion is still ours
             metrics.JOB_OUTCOMES.labels("lost_claim").inc()
             log.warning("lost claim on job %d (blocks %d..%d): its lease was taken back; stopping it", job.id, first, last)
         except Stopping:
@@ -249,11 +285,12 @@ class Worker:
         except Exception as exc:  # a bug or an unforeseen answer: keep it on the job, go on
             log.exception("job %d crashed", job.id)
             self._fail(job, f"{type(exc).__name__}: {exc}")
+        return following
 
     def _fail(self, job: queue.Claim, error: str) -> None:
         self._held = None
         status = queue.give_back(
-            self.conn, job, redact(error), max_attempts=self.cfg.max_attempts, cursor=self._cursor,
+            self.conn, job, redact(error), max_attempts=self.cfg.max_attempts,
             backoff_base=self.cfg.backoff_base_seconds,
         )
         if status is None:
