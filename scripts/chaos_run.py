@@ -36,7 +36,7 @@ from indexer import verify  # noqa: E402
 from tests.anvil import Anvil, build_chain  # noqa: E402
 from tests.cluster import OwnPostgres  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
-from tests.processes import children, signal_quietly  # noqa: E402
+from tests.processes import signal_quietly, workers  # noqa: E402
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 LEASE = 2.0
@@ -89,17 +89,17 @@ def main() -> int:
                         restart_at.pop(0)
                         pg.pg_ctl("-m", "fast", "restart")
                         events["postgres restarts"] += 1
-                    workers = children(pool.pid)
+                    pool_workers = workers(pool.pid)
                     action = rnd.random()
                     # At least one kill and one stall in any run, however short or unlucky.
                     if not events["killed"] and elapsed > 0.3 * args.seconds:
                         action = 0.0
                     elif not events["stalled"] and elapsed > 0.5 * args.seconds:
                         action = 0.2
-                    if workers and action < 0.15:
-                        events["killed"] += signal_quietly(rnd.choice(workers), signal.SIGKILL)
-                    elif workers and action < 0.25:
-                        victim = rnd.choice(workers)
+                    if pool_workers and action < 0.15:
+                        events["killed"] += signal_quietly(rnd.choice(pool_workers), signal.SIGKILL)
+                    elif pool_workers and action < 0.25:
+                        victim = rnd.choice(pool_workers)
                         if signal_quietly(victim, signal.SIGSTOP):
                             events["stalled"] += 1
                             time.sleep(LEASE * 1.5)  # past its lease: the reaper takes the job back

@@ -19,7 +19,7 @@ from indexer import planner, queue, store
 from .anvil import Anvil
 from .conftest import INDEXER
 from .faultproxy import FAULTS, FaultProxy
-from .processes import children, signal_quietly
+from .processes import descendants, signal_quietly
 
 # Short leases and waits so that reaping and retries happen within seconds.
 FAST = {
@@ -74,7 +74,7 @@ def work():
     yield start
     for w in started:
         w.kill()
-        for pid in children(w.proc.pid):
+        for pid in descendants(w.proc.pid):
             signal_quietly(pid, signal.SIGKILL)
 
 
@@ -397,7 +397,7 @@ def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, c
     with FaultProxy(chain_node.url, delay=0.05) as slow:
         w = Work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
         wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] >= 1, "a job to finish")
-        frozen = [w.proc.pid, *children(w.proc.pid)]
+        frozen = [w.proc.pid, *descendants(w.proc.pid)]
         for pid in frozen:  # hold the backfill still while both are read
             os.kill(pid, signal.SIGSTOP)
         try:
