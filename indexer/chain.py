@@ -137,15 +137,23 @@ def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]]) -> Row
 
 
 def fetch(client: RpcClient, first: int, last: int) -> Rows:
+    """Blocks `first..last` as rows, checked (`fetch_json`, then `decode`)."""
+    blocks, receipts = fetch_json(client, first, last)
+    try:
+        return decode(first, blocks, receipts)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
+
+
+def fetch_json(client: RpcClient, first: int, last: int) -> tuple[list[Any], dict[int, Any]]:
     """Blocks `first..last` with full transactions, then the receipts of the blocks that have
     any (asked for by block hash, so they cannot come from a different block at that height)."""
     blocks = client.batch([("eth_getBlockByNumber", (hex(n), True)) for n in range(first, last + 1)])
     with_txs = [b for b in blocks if isinstance(b, dict) and b.get("transactions")]
     answers = client.batch([("eth_getBlockReceipts", (b["hash"],)) for b in with_txs])
-    receipts = {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
     try:
-        return decode(first, blocks, receipts)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return blocks, {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
+    except (KeyError, TypeError, ValueError) as exc:
         raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
 
 

@@ -10,17 +10,23 @@ per block), on the same node and blocks:
   then the wall time from starting the pool to its exit, process start-up included (jobs of
   10,000 blocks, or on a short chain 1/20 of it but at least 100 blocks);
 - peak RSS of each worker process (VmHWM, sampled until it exits);
-- the cores the node kept busy during each (its CPU time over the wall time), which shows how
-  much of this 2-core machine the indexer's own work took from the node.
-Prints a Markdown table; BENCHMARKS.md holds the figures with this command.
+- where the machine's cores went during each (CPU time over wall time): the node, the
+  client or the indexer's own processes, and the rest (PostgreSQL, mostly); on a 2-core machine
+  whatever the indexer and PostgreSQL take, the node cannot have;
+- a breakdown, in one process and in order, of what `indexer work` does per block with the
+  project's own functions: JSON-RPC (`chain.fetch_json`), decoding and checking (`chain.decode`)
+  and writing (`store.write` and its commit, with a worker's session settings).
+Prints Markdown tables (and with --plot, a PNG of blocks/s against workers); BENCHMARKS.md holds
+the figures with this command.
 
-    .venv/bin/python scripts/bench_backfill.py [--sparse 200000] [--dense 2000] [--workers 2]
+    .venv/bin/python scripts/bench_backfill.py [--sparse 200000] [--dense 2000] [--workers 1,2,4]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -36,7 +42,11 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from indexer import chain, db, store  # noqa: E402
+from indexer.rpc import RpcClient  # noqa: E402
+from indexer.worker import session_options  # noqa: E402
 from tests.anvil import EMITTER_INIT, Anvil  # noqa: E402 - the tests' anvil launcher
+from tests.processes import descendants  # noqa: E402
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -70,32 +80,52 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class NodeLoad:
-    """How many cores the node kept busy while a block is timed: on a 2-core machine the node
-    and the indexer (Python and Postgres) share them, so this is the node's share."""
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent on anything but idling and waiting for I/O."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
 
-    def __enter__(self) -> "NodeLoad":
-        self.cpu, self.wall = cpu_seconds(self.pid), time.perf_counter()
+def own_cpu_seconds() -> float:
+    """This process and its finished children (and theirs, as each waited for its own)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Cores:
+    """Where the cores went while a block is timed: the node, this process and its children
+    (the raw client, or `indexer work` and its workers), and the rest (PostgreSQL, mostly)."""
+
+    def __init__(self, node_pid: int) -> None:
+        self.node_pid = node_pid
+
+    def __enter__(self) -> "Cores":
+        self.node, self.own, self.busy = cpu_seconds(self.node_pid), own_cpu_seconds(), machine_busy_seconds()
+        self.wall = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cores = (cpu_seconds(self.pid) - self.cpu) / (time.perf_counter() - self.wall)
+        wall = time.perf_counter() - self.wall
+        self.node = (cpu_seconds(self.node_pid) - self.node) / wall
+        self.own = (own_cpu_seconds() - self.own) / wall
+        self.rest = max(0.0, (machine_busy_seconds() - self.busy) / wall - self.node - self.own)
+
+    def __str__(self) -> str:
+        return f"{self.node:.2f} / {self.own:.2f} / {self.rest:.2f}"
 
 
 def peak_rss_watch(root_pid: int, peaks: dict[int, int], stop: threading.Event) -> None:
+    """Peak RSS of every process under `root_pid` (the workers, and the helper processes of
+    multiprocessing, which are smaller)."""
     while not stop.is_set():
-        out = subprocess.run(["pgrep", "-P", str(root_pid)], capture_output=True, text=True).stdout
-        for pid in map(int, out.split()):
+        for pid in descendants(root_pid):
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmHWM:"):
                         peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]))
             except FileNotFoundError:
                 pass
-        stop.wait(0.1)
+        stop.wait(0.25)
 
 
 def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str) -> tuple[float, int]:
@@ -128,6 +158,43 @@ def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str
     return (head + 1) / elapsed, max(peaks.values(), default=0) // 1024
 
 
+def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int = 1000) -> dict[str, float]:
+    """Milliseconds per block of each step of a worker, done in order in this one process, with
+    the worker's batch size (100 blocks, fewer when dense: about 1,000 transactions a batch)."""
+    name = f"bench_{os.getpid()}_breakdown"
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = make_conninfo(admin_url, dbname=name)
+    with db.connect(url) as conn:
+        db.migrate(conn)
+    client = RpcClient([rpc_url], timeout=120, max_attempts=1)
+    spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
+    with psycopg.connect(url, autocommit=True, options=session_options(300)) as conn:
+        store.prepare(conn)
+        first, size = 0, 100
+        while first <= head:
+            last = min(first + size - 1, head)
+            t0 = time.perf_counter()
+            blocks, receipts = chain.fetch_json(client, first, last)
+            t1 = time.perf_counter()
+            rows = chain.decode(first, blocks, receipts)
+            t2 = time.perf_counter()
+            with conn.transaction():
+                store.write(conn, rows)
+            t3 = time.perf_counter()
+            for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
+                spent[step] += t
+            density = len(rows.transactions) / (last - first + 1)
+            size = max(1, min(100, int(batch_transactions / density))) if density else 100
+            first = last + 1
+        stored = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
+    assert stored == head + 1, (stored, head + 1)
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return {step: 1000 * t / (head + 1) for step, t in spent.items()}
+
+
 def build_dense(node: Anvil, blocks: int, txs: int) -> None:
     s = requests.Session()
     accounts = node.rpc("eth_accounts")
@@ -152,13 +219,15 @@ def main() -> None:
     ap.add_argument("--sparse", type=int, default=200_000, help="empty blocks on the sparse chain (0 to skip)")
     ap.add_argument("--dense", type=int, default=2_000, help="blocks on the dense chain (0 to skip)")
     ap.add_argument("--dense-txs", type=int, default=50, help="transactions per dense block")
-    ap.add_argument("--workers", default="2", help="comma-separated worker counts, e.g. 1,2,4")
+    ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
+    ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     rows = []
     chains = []
+    breakdowns = {}
     if args.sparse:
         chains.append(("sparse", args.sparse, ("--prune-history", "--hardfork", "cancun")))
     if args.dense:
@@ -172,20 +241,51 @@ def main() -> None:
                 build_dense(node, size - 1, args.dense_txs)
             head = node.head()
             print(f"# {kind}: {head + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-            with NodeLoad(node.proc.pid) as ceiling_load:
+            with Cores(node.proc.pid) as ceiling_cores:
                 ceiling = raw_ceiling(node.url, head)
             for n in workers:
-                with NodeLoad(node.proc.pid) as load:
-                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{kind}_{n}")
-                rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_load.cores, load.cores))
+                with Cores(node.proc.pid) as cores:
+                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{os.getpid()}_{kind}_{n}")
+                rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_cores, cores))
                 print(f"# {kind} workers={n}: ceiling {ceiling:,.0f} blocks/s, indexer {rate:,.0f} blocks/s "
                       f"({rate / ceiling:.2f}x), peak worker RSS {rss} MB", file=sys.stderr, flush=True)
+            breakdowns[kind] = breakdown(args.database_url, node.url, head)
     print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
-          "| peak worker RSS (MB) | node's cores busy: ceiling / indexer |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for kind, blocks, n, ceiling, rate, rss, c_load, i_load in rows:
+          "| peak worker RSS (MB) | cores busy, ceiling: node / client / rest | cores busy, indexer: node / indexer / rest |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores in rows:
         print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {rss} "
-              f"| {c_load:.2f} / {i_load:.2f} |")
+              f"| {c_cores} | {i_cores} |")
+    print()
+    print("| chain | JSON-RPC (ms/block) | decoding and checks (ms/block) | writing (ms/block) |")
+    print("|---|---:|---:|---:|")
+    for kind, b in breakdowns.items():
+        print(f"| {kind} | {b['rpc']:.3f} | {b['decode']:.3f} | {b['write']:.3f} |")
+    if args.plot:
+        plot(rows, args.plot)
+
+
+def plot(rows: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(r[0] for r in rows))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        mine = sorted((r for r in rows if r[0] == kind), key=lambda r: r[2])
+        ax.plot([r[2] for r in mine], [r[4] for r in mine], marker="o", label="indexer work")
+        ax.axhline(mine[0][3], color="gray", linestyle="--", label="raw JSON-RPC ceiling")
+        ax.set_xticks([r[2] for r in mine])
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("worker processes")
+        ax.set_ylabel("blocks per second")
+        ax.set_title(f"{kind}: {mine[0][1]:,} blocks")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

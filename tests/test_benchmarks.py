@@ -1,0 +1,53 @@
+"""The benchmark scripts run, on small inputs, against the real PostgreSQL and node: their SQL and
+their checks are exercised here; their figures are measured by hand (BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from .cluster import REPO
+from .conftest import ADMIN_URL
+
+
+def run_script(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args, "--database-url", ADMIN_URL], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines()
+            if line.startswith(f"| {first_cell}")]
+
+
+def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
+    out = run_script("scripts/bench_queue.py", "--jobs", "300", "--workers", "1,3", "--scenario-workers", "3",
+                     "--repeat", "1", "--history", "2000", "--dead", "2000", "--heartbeats", "2")
+    runs = {}
+    for method in ("skip-locked", "skip-locked-next", "batch-10", "batch-10-next", "for-update", "for-update-1stmt",
+                   "read-then-update", "skip-locked-sync", "for-update-sync"):
+        for row in table_rows(out, f"{method} |"):
+            runs[method, int(row[1])] = int(row[5].replace(",", ""))
+    assert len(runs) == 18, out
+    # The script itself asserts every job archived once; only attempt 1 may report jobs run twice.
+    assert all(twice == 0 for (method, _), twice in runs.items() if method != "read-then-update"), out
+    assert "2,000 rows in jobs_history" in out and "2,000 dead tuples" in out
+    no_beats, beats = table_rows(out, "claim, ")
+    assert no_beats[3] == "0"  # claims are never HOT
+    share = float(re.search(r"Heartbeats that were HOT: ([\d.]+)%", out)[1])
+    assert 0 <= share <= 100
+
+
+def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
+    plot = tmp_path / "backfill.png"
+    out = run_script("scripts/bench_backfill.py", "--sparse", "300", "--dense", "12", "--dense-txs", "4",
+                     "--workers", "1,2", "--plot", str(plot))
+    rows = table_rows(out, "sparse") + table_rows(out, "dense")
+    assert [(r[0], r[2]) for r in rows if len(r) > 5] == [("sparse", "1"), ("sparse", "2"), ("dense", "1"), ("dense", "2")]
+    breakdown = [r for r in rows if len(r) == 4]
+    assert [r[0] for r in breakdown] == ["sparse", "dense"]
+    assert all(float(x) > 0 for r in breakdown for x in r[1:])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
