@@ -160,8 +160,8 @@ class Worker:
                 log.warning("the pool process is gone; stopping")
                 break
             try:
-                self._give_back_held_job()
                 if job is None:
+                    self._give_back_held_job()  # after a reconnect: the job we may still hold
                     with metrics.CLAIM_SECONDS.time():
                         claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
                     job = claims[0] if claims else None

@@ -162,6 +162,9 @@ def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_noth
     assert conn.execute("SELECT count(*) FROM transactions").fetchone()[0] > 100
     assert conn.execute("SELECT count(*) FROM logs").fetchone()[0] > 50
     assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == len(planner.split(0, head + 1, 5))
+    # Nothing went wrong, so every job ran once: one attempt each, no claim lost or given back.
+    assert conn.execute("SELECT DISTINCT attempts FROM jobs_history").fetchall() == [(1,)]
+    assert "lost claim" not in w.output() and "gave back" not in w.output(), w.output()
     before = snapshot(conn)
 
     # The same plan again adds nothing; forcing the range through the workers again rewrites nothing.
