@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.forkserver
 import signal
 import sys
 import time
@@ -86,9 +88,14 @@ class Pool:
         signal.signal(signal.SIGINT, self._request_stop)
         database = None
         if self.cfg.db_metrics:
-            database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds).start()
+            database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:
             metrics.serve(self.cfg.metrics_port, database=database, multiprocess=True)
+        # Past every check that can refuse to start: the fork server's imports run while the
+        # database gauges are first computed, instead of after.
+        multiprocessing.forkserver.ensure_running()
+        if database is not None:
+            database.start()
         for slot in range(self.cfg.workers):
             self._start(slot)
         log.info("started %d worker(s)", self.cfg.workers)
@@ -104,7 +111,9 @@ class Pool:
                     conn = self._reap(conn)
                     next_reap = time.monotonic() + self.cfg.reap_seconds
                 progress.maybe_print()
-                time.sleep(0.2)
+                # Wakes as soon as a worker exits (a draining pool is done the moment the last
+                # one is), otherwise five times a second.
+                multiprocessing.connection.wait([p.sentinel for p in self.procs.values() if p.is_alive()], 0.2)
         finally:
             self._stop_workers()
             progress.done()

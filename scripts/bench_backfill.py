@@ -87,17 +87,17 @@ def machine_busy_seconds() -> float:
 
 
 def own_cpu_seconds() -> float:
-    """This process and its finished children (and theirs, as each waited for its own)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 class Cores:
-    """Where the cores went while a block is timed: the node, this process and its children
-    (the raw client, or `indexer work` and its workers), and the rest (PostgreSQL, mostly)."""
+    """Where the cores went while a block is timed: the node, the client (this process, or the
+    processes of `indexer work` as sampled by a `Watch`), and the rest (PostgreSQL, mostly)."""
 
     def __init__(self, node_pid: int) -> None:
         self.node_pid = node_pid
+        self.client_seconds: float | None = None  # set by the timed block when not this process
 
     def __enter__(self) -> "Cores":
         self.node, self.own, self.busy = cpu_seconds(self.node_pid), own_cpu_seconds(), machine_busy_seconds()
@@ -107,28 +107,44 @@ class Cores:
     def __exit__(self, *exc: object) -> None:
         wall = time.perf_counter() - self.wall
         self.node = (cpu_seconds(self.node_pid) - self.node) / wall
-        self.own = (own_cpu_seconds() - self.own) / wall
-        self.rest = max(0.0, (machine_busy_seconds() - self.busy) / wall - self.node - self.own)
+        client = own_cpu_seconds() - self.own if self.client_seconds is None else self.client_seconds
+        self.client = client / wall
+        self.rest = max(0.0, (machine_busy_seconds() - self.busy) / wall - self.node - self.client)
 
     def __str__(self) -> str:
-        return f"{self.node:.2f} / {self.own:.2f} / {self.rest:.2f}"
+        return f"{self.node:.2f} / {self.client:.2f} / {self.rest:.2f}"
 
 
-def peak_rss_watch(root_pid: int, peaks: dict[int, int], stop: threading.Event) -> None:
-    """Peak RSS of every process under `root_pid` (the workers, and the helper processes of
-    multiprocessing, which are smaller)."""
-    while not stop.is_set():
-        for pid in descendants(root_pid):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]))
-            except FileNotFoundError:
-                pass
-        stop.wait(0.25)
+class Watch(threading.Thread):
+    """Samples every process under `root_pid` (the pool, its fork server and the workers) four
+    times a second: peak RSS of each, and the CPU time of all (a process's last quarter second
+    before it exits is missed)."""
+
+    def __init__(self, root_pid: int) -> None:
+        super().__init__()
+        self.root_pid = root_pid
+        self.peaks: dict[int, int] = {}
+        self.cpu: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for pid in [self.root_pid, *descendants(self.root_pid)]:
+                try:
+                    self.cpu[pid] = cpu_seconds(pid)
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            self.peaks[pid] = max(self.peaks.get(pid, 0), int(line.split()[1]))
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+            self.stop.wait(0.25)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join()
 
 
-def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str) -> tuple[float, int]:
+def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores) -> tuple[float, int]:
     with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         c.execute(f'CREATE DATABASE "{name}"')
@@ -140,22 +156,22 @@ def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str
     chunk = str(max(100, min(10_000, (head + 1) // 20)))
     for cmd in (["migrate"], ["plan", "--from", "0", "--to", str(head + 1), "--chunk", chunk]):
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
-    peaks: dict[int, int] = {}
-    stop = threading.Event()
-    started = time.perf_counter()
-    proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"], env=env)
-    watcher = threading.Thread(target=peak_rss_watch, args=(proc.pid, peaks, stop))
-    watcher.start()
-    rc = proc.wait()
-    elapsed = time.perf_counter() - started
-    stop.set()
-    watcher.join()
+    with cores:
+        started = time.perf_counter()
+        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"],
+                                env=env)
+        watch = Watch(proc.pid)
+        watch.start()
+        rc = proc.wait()
+        elapsed = time.perf_counter() - started
+        watch.finish()
+        cores.client_seconds = sum(watch.cpu.values())
     if rc != 0:
         raise SystemExit(f"indexer work exited with {rc}")
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:
         stored = c.execute("SELECT count(*) FROM blocks").fetchone()[0]
     assert stored == head + 1, (stored, head + 1)
-    return (head + 1) / elapsed, max(peaks.values(), default=0) // 1024
+    return (head + 1) / elapsed, max(watch.peaks.values(), default=0) // 1024
 
 
 def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int = 1000) -> dict[str, float]:
@@ -220,6 +236,7 @@ def main() -> None:
     ap.add_argument("--dense", type=int, default=2_000, help="blocks on the dense chain (0 to skip)")
     ap.add_argument("--dense-txs", type=int, default=50, help="transactions per dense block")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per chain; the run of median ratio is reported")
     ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -241,15 +258,19 @@ def main() -> None:
                 build_dense(node, size - 1, args.dense_txs)
             head = node.head()
             print(f"# {kind}: {head + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-            with Cores(node.proc.pid) as ceiling_cores:
-                ceiling = raw_ceiling(node.url, head)
-            for n in workers:
-                with Cores(node.proc.pid) as cores:
-                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{os.getpid()}_{kind}_{n}")
-                rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_cores, cores))
-                print(f"# {kind} workers={n}: ceiling {ceiling:,.0f} blocks/s, indexer {rate:,.0f} blocks/s "
-                      f"({rate / ceiling:.2f}x), peak worker RSS {rss} MB", file=sys.stderr, flush=True)
+            for _ in range(args.repeat):
+                with Cores(node.proc.pid) as ceiling_cores:
+                    ceiling = raw_ceiling(node.url, head)
+                for n in workers:
+                    cores = Cores(node.proc.pid)
+                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{os.getpid()}_{kind}_{n}", cores)
+                    rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_cores, cores))
+                    print(f"# {kind} workers={n}: ceiling {ceiling:,.0f} blocks/s, indexer {rate:,.0f} blocks/s "
+                          f"({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores node/client/rest: ceiling "
+                          f"{ceiling_cores}, indexer {cores}", file=sys.stderr, flush=True)
             breakdowns[kind] = breakdown(args.database_url, node.url, head)
+    rows = median_rows(rows)
+    print(f"Median of {args.repeat} run(s); each run measures the ceiling, then `indexer work` at each worker count.\n")
     print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
           "| peak worker RSS (MB) | cores busy, ceiling: node / client / rest | cores busy, indexer: node / indexer / rest |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -263,6 +284,16 @@ def main() -> None:
         print(f"| {kind} | {b['rpc']:.3f} | {b['decode']:.3f} | {b['write']:.3f} |")
     if args.plot:
         plot(rows, args.plot)
+
+
+def median_rows(rows: list) -> list:
+    """Per chain and worker count, the run of median ratio (its own ceiling and cores)."""
+    picked = []
+    for key in dict.fromkeys((r[0], r[2]) for r in rows):
+        runs = sorted((r for r in rows if (r[0], r[2]) == key), key=lambda r: r[4] / r[3])
+        mid = runs[len(runs) // 2]
+        picked.append((*mid[:5], max(r[5] for r in runs), *mid[6:]))
+    return picked
 
 
 def plot(rows: list, path: Path) -> None:
