@@ -110,6 +110,7 @@ class Worker:
         )
         self.fetcher = ThreadPoolExecutor(cfg.rpc_in_flight, thread_name_prefix="fetch")
         self.use_finalized = cfg.use_finalized
+        self._safe: int | None = None  # the safe head last asked for; it only grows
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._held: queue.Claim | None = None
@@ -230,7 +231,7 @@ class Worker:
         following: queue.Claim | None = None
         started = time.monotonic()
         try:
-            safe = self._safe_head()
+            safe = self._safe_head(last)
             for rows in self._batches(self._cursor, min(last, safe)):
                 if self.stop.is_set():
                     raise Stopping()
@@ -299,7 +300,11 @@ class Worker:
             metrics.JOB_OUTCOMES.labels("failed" if status == "failed" else "given_back").inc()
         log.warning("job %d %s: %s", job.id, "failed" if status == "failed" else "given back", redact(error))
 
-    def _safe_head(self) -> int:
+    def _safe_head(self, wanted: int) -> int:
+        """The safe head, asked of the node only when the one known already is below `wanted`:
+        a job inside it starts without a round trip to a busy node."""
+        if self._safe is not None and self._safe >= wanted:
+            return self._safe
         try:
             safe = chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=self.use_finalized)
         except RpcError:
@@ -309,6 +314,7 @@ class Worker:
             self.use_finalized = False
             safe = chain.safe_head(self.client, confirmations=self.cfg.confirmations, use_finalized=False)
         metrics.SAFE_HEAD.set(safe)
+        self._safe = safe
         return safe
 
     def _fetch(self, first: int, last: int) -> Rows:

@@ -144,17 +144,18 @@ class Watch(threading.Thread):
         self.join()
 
 
-def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores) -> tuple[float, int]:
+def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores,
+                chunk: int | None = None, settings: dict[str, str] | None = None) -> tuple[float, int]:
     with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         c.execute(f'CREATE DATABASE "{name}"')
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     env |= {"INDEXER_DATABASE_URL": make_conninfo(admin_url, dbname=name), "INDEXER_RPC_URL": rpc_url,
-            "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0"}
+            "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0", **(settings or {})}
     # The article's 10,000-block jobs, or fewer blocks per job (at least 100) on a short chain so
     # that every worker gets several jobs.
-    chunk = str(max(100, min(10_000, (head + 1) // 20)))
-    for cmd in (["migrate"], ["plan", "--from", "0", "--to", str(head + 1), "--chunk", chunk]):
+    chunk = chunk or max(100, min(10_000, (head + 1) // 20))
+    for cmd in (["migrate"], ["plan", "--from", "0", "--to", str(head + 1), "--chunk", str(chunk)]):
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
     with cores:
         started = time.perf_counter()

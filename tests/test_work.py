@@ -348,7 +348,7 @@ def test_progress_is_a_line_rewritten_on_a_terminal_and_quiet_in_logs(db_url, co
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     env |= FAST | {"INDEXER_DATABASE_URL": db_url}
     master, slave = pty.openpty()
-    with FaultProxy(chain_node.url, delay=0.05) as slow:
+    with FaultProxy(chain_node.url, delay=0.1) as slow:
         env["INDEXER_RPC_URL"] = slow.url
         proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", "1", "--batch-size", "1"],
                                 env=env, stdout=slave, stderr=slave)
