@@ -134,6 +134,7 @@ class DatabaseCollector(Collector):
         self._thread = threading.Thread(target=self._loop, name="db-metrics", daemon=True)
 
     def start(self) -> "DatabaseCollector":
+        self.refresh()  # the first scrape already has the gauges
         self._thread.start()
         return self
 
@@ -141,7 +142,6 @@ class DatabaseCollector(Collector):
         self._stop.set()
 
     def _loop(self) -> None:
-        self.refresh()
         while not self._stop.wait(self.interval):
             self.refresh()
 

@@ -92,7 +92,7 @@ class Pool:
         if self.cfg.metrics_port:
             metrics.serve(self.cfg.metrics_port, database=database, multiprocess=True)
         # Past every check that can refuse to start: the fork server's imports run while the
-        # database gauges are first computed, instead of after.
+        # database gauges are first computed.
         multiprocessing.forkserver.ensure_running()
         if database is not None:
             database.start()
