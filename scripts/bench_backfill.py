@@ -172,6 +172,8 @@ def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:
         stored = c.execute("SELECT count(*) FROM blocks").fetchone()[0]
     assert stored == head + 1, (stored, head + 1)
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
     return (head + 1) / elapsed, max(watch.peaks.values(), default=0) // 1024
 
 

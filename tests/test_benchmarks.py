@@ -7,8 +7,15 @@ import re
 import subprocess
 import sys
 
+import psycopg
+
 from .cluster import REPO
 from .conftest import ADMIN_URL
+
+
+def bench_databases() -> set[str]:
+    with psycopg.connect(ADMIN_URL) as admin:
+        return {r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'bench%'")}
 
 
 def run_script(*args: str) -> str:
@@ -24,6 +31,7 @@ def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
 
 
 def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
+    before = bench_databases()
     out = run_script("scripts/bench_queue.py", "--jobs", "300", "--workers", "1,3", "--scenario-workers", "3",
                      "--repeat", "1", "--history", "2000", "--dead", "2000", "--heartbeats", "2")
     runs = {}
@@ -39,10 +47,12 @@ def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
     assert no_beats[3] == "0"  # claims are never HOT
     share = float(re.search(r"Heartbeats that were HOT: ([\d.]+)%", out)[1])
     assert 0 <= share <= 100
+    assert bench_databases() == before
 
 
 def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     plot = tmp_path / "backfill.png"
+    before = bench_databases()
     out = run_script("scripts/bench_backfill.py", "--sparse", "300", "--dense", "12", "--dense-txs", "4",
                      "--workers", "1,2", "--plot", str(plot))
     rows = table_rows(out, "sparse") + table_rows(out, "dense")
@@ -51,3 +61,4 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     assert [r[0] for r in breakdown] == ["sparse", "dense"]
     assert all(float(x) > 0 for r in breakdown for x in r[1:])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert bench_databases() == before  # it cleans up after itself
