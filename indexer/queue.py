@@ -8,6 +8,9 @@ A claim sets a fresh `claim_token`. Heartbeat, completion, give-back and defer a
 `(id, claim_token, status = 'running')`, so a worker whose lease was taken back by the reaper
 (and perhaps claimed by someone else) finds zero rows and must stop: that is how "lost claim"
 is detected, with no clock comparison on the worker side.
+
+The resume cursor is written by heartbeats only, which the worker runs in the transaction of
+the batch they follow: a cursor can never point past rows that were not committed with it.
 """
 
 from __future__ import annotations
