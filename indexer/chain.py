@@ -138,9 +138,8 @@ def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]]) -> Row
 
 def fetch(client: RpcClient, first: int, last: int) -> Rows:
     """Blocks `first..last` as rows, checked (`fetch_json`, then `decode`)."""
-    blocks, receipts = fetch_json(client, first, last)
     try:
-        return decode(first, blocks, receipts)
+        return decode(first, *fetch_json(client, first, last))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
 
@@ -151,10 +150,7 @@ def fetch_json(client: RpcClient, first: int, last: int) -> tuple[list[Any], dic
     blocks = client.batch([("eth_getBlockByNumber", (hex(n), True)) for n in range(first, last + 1)])
     with_txs = [b for b in blocks if isinstance(b, dict) and b.get("transactions")]
     answers = client.batch([("eth_getBlockReceipts", (b["hash"],)) for b in with_txs])
-    try:
-        return blocks, {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
+    return blocks, {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
 
 
 def chain_id(client: RpcClient) -> int:
