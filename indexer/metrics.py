@@ -29,7 +29,11 @@ _SLOW = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 # -- counted by the workers -----------------------------------------------------------------------
 
-CLAIM_SECONDS = Histogram("indexer_claim_duration_seconds", "Time of one claim statement", buckets=_FAST)
+CLAIM_SECONDS = Histogram(
+    "indexer_claim_duration_seconds",
+    "Time of one claim statement (after a job, the one statement that completes it and claims the next)",
+    buckets=_FAST,
+)
 JOB_SECONDS = Histogram("indexer_job_duration_seconds", "Claim to completion of a job, for completed jobs", buckets=_SLOW)
 JOB_OUTCOMES = Counter(
     "indexer_job_outcomes", "How claims ended: done, deferred (past the safe head), given_back (error, retried),"

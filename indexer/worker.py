@@ -251,12 +251,11 @@ class Worker:
             past_safe_head = self._cursor <= last
             if past_safe_head:
                 kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
-            elif self.stop.is_set():
-                kept = queue.complete(self.conn, job)
-            else:
+            else:  # and, unless stopping, claim the next job in the same statement
                 with metrics.CLAIM_SECONDS.time():
                     finished, claims = queue.complete_and_claim(
-                        self.conn, [job], self.name, lease_seconds=self.cfg.lease_seconds)
+                        self.conn, [job], self.name, lease_seconds=self.cfg.lease_seconds,
+                        limit=0 if self.stop.is_set() else 1)
                 kept = job.id in finished
                 following = claims[0] if claims else None
             self._held = following
@@ -355,9 +354,7 @@ class Worker:
                 f.cancel()
 
     def _batch_blocks(self) -> int:
-        if not self._density:
-            return self.cfg.batch_size
-        return max(1, min(self.cfg.batch_size, int(self.cfg.batch_transactions / self._density)))
+        return batch_blocks(self._density, self.cfg.batch_size, self.cfg.batch_transactions)
 
     def _result(self, future: Future[Rows]) -> Rows:
         started = time.perf_counter()
@@ -370,6 +367,14 @@ class Worker:
                         raise Stopping() from None
         finally:
             metrics.WAIT_SECONDS.inc(time.perf_counter() - started)
+
+
+def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:
+    """Blocks in a batch: `batch_size`, or fewer where `density` transactions a block would put
+    more than about `batch_transactions` in it."""
+    if not density:
+        return batch_size
+    return max(1, min(batch_size, int(batch_transactions / density)))
 
 
 def _payload_bounds(job: queue.Claim) -> tuple[int, int] | None:
