@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from indexer import chain, db, store  # noqa: E402
 from indexer.rpc import RpcClient  # noqa: E402
-from indexer.worker import session_options  # noqa: E402
+from indexer.worker import batch_blocks, session_options  # noqa: E402
 from tests.anvil import EMITTER_INIT, Anvil  # noqa: E402 - the tests' anvil launcher
 from tests.processes import descendants  # noqa: E402
 
@@ -144,13 +144,22 @@ class Watch(threading.Thread):
         self.join()
 
 
-def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores,
-                chunk: int | None = None, settings: dict[str, str] | None = None) -> tuple[float, int]:
+def fresh_database(admin_url: str, name: str) -> str:
+    drop_database(admin_url, name)
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    return make_conninfo(admin_url, dbname=name)
+
+
+def drop_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
+
+
+def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores,
+                chunk: int | None = None, settings: dict[str, str] | None = None) -> tuple[float, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
-    env |= {"INDEXER_DATABASE_URL": make_conninfo(admin_url, dbname=name), "INDEXER_RPC_URL": rpc_url,
+    env |= {"INDEXER_DATABASE_URL": fresh_database(admin_url, name), "INDEXER_RPC_URL": rpc_url,
             "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0", **(settings or {})}
     # The article's 10,000-block jobs, or fewer blocks per job (at least 100) on a short chain so
     # that every worker gets several jobs.
@@ -172,8 +181,7 @@ def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:
         stored = c.execute("SELECT count(*) FROM blocks").fetchone()[0]
     assert stored == head + 1, (stored, head + 1)
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    drop_database(admin_url, name)
     return (head + 1) / elapsed, max(watch.peaks.values(), default=0) // 1024
 
 
@@ -181,10 +189,7 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
     """Milliseconds per block of each step of a worker, done in order in this one process, with
     the worker's batch size (100 blocks, fewer when dense: about 1,000 transactions a batch)."""
     name = f"bench_{os.getpid()}_breakdown"
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = make_conninfo(admin_url, dbname=name)
+    url = fresh_database(admin_url, name)
     with db.connect(url) as conn:
         db.migrate(conn)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
@@ -204,13 +209,11 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
             t3 = time.perf_counter()
             for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
                 spent[step] += t
-            density = len(rows.transactions) / (last - first + 1)
-            size = max(1, min(100, int(batch_transactions / density))) if density else 100
+            size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
             first = last + 1
         stored = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
     assert stored == head + 1, (stored, head + 1)
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(admin_url, name)
     return {step: 1000 * t / (head + 1) for step, t in spent.items()}
 
 
