@@ -175,7 +175,7 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable
         pass
     collector = metrics.DatabaseCollector(cfg.database_url, cfg.db_metrics_seconds).start()
-    metrics.serve(cfg.metrics_port, database=collector, multiprocess=False)
+    metrics.listen(cfg.metrics_port, database=collector, multiprocess=False).start()
     while True:
         time.sleep(3600)
 

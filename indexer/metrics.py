@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from socketserver import ThreadingMixIn
 from typing import Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -226,8 +228,24 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
-def serve(port: int, *, database: DatabaseCollector | None, multiprocess: bool) -> None:
-    """Serves /metrics on `port` (all interfaces: Prometheus usually scrapes from elsewhere)."""
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """/metrics over HTTP, one thread per scrape; listening from creation, serving from `start`."""
+
+    daemon_threads = True
+
+    def start(self) -> None:
+        threading.Thread(target=self.serve_forever, name="metrics", daemon=True).start()
+        log.info("metrics on http://0.0.0.0:%d/metrics", self.server_port)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # a log line per scrape would drown the rest
+
+
+def listen(port: int, *, database: DatabaseCollector | None, multiprocess: bool) -> MetricsServer:
+    """Takes `port` (all interfaces: Prometheus usually scrapes from elsewhere) for /metrics;
+    `start` serves it. `indexer work` forks its workers between the two."""
     registry = CollectorRegistry()
     if multiprocess:
         from prometheus_client import multiprocess as mp
@@ -236,7 +254,6 @@ def serve(port: int, *, database: DatabaseCollector | None, multiprocess: bool) 
     if database is not None:
         registry.register(database)
     try:
-        start_http_server(port, registry=registry)
+        return make_server("0.0.0.0", port, make_wsgi_app(registry), MetricsServer, handler_class=_QuietHandler)
     except OSError as exc:
         raise IndexerError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
-    log.info("metrics on http://0.0.0.0:%d/metrics", port)

@@ -59,17 +59,33 @@ class Pool:
     def __init__(self, cfg: Settings, *, drain: bool) -> None:
         self.cfg = cfg
         self.drain = drain
-        # Workers fork from a server process that imported the worker's modules once: a worker
-        # (or its replacement) starts in milliseconds instead of importing everything again, and
-        # does not inherit the pool's threads and connections as a plain fork would.
+        # The first workers are plain forks of this process, made before it starts any thread
+        # or keeps any connection: they start with everything imported, at once. A replacement
+        # (for a worker that died) cannot be forked from here any more, as it would inherit the
+        # pool's threads and connections; it forks from a server process that imported the
+        # worker's modules once, started at the first replacement.
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["indexer.worker"])
         self.counters = worker.Counters(self.ctx.Value("q", 0), self.ctx.Value("q", 0))
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
         self.finished: set[int] = set()
         self.stopping = False
+        self.metrics_server: metrics.MetricsServer | None = None
+
+    def _fork(self, slot: int) -> None:
+        """A first worker: a fork of this process while it has no thread and no connection."""
+        p = multiprocessing.get_context("fork").Process(target=self._forked_worker, name=f"worker-{slot}")
+        p.start()
+        self.procs[slot] = p
+
+    def _forked_worker(self) -> None:
+        if self.metrics_server is not None:
+            # A worker that outlived the pool must not keep the metrics port from the next one.
+            self.metrics_server.socket.close()
+        worker.main(self.cfg, self.drain, self.counters)
 
     def _start(self, slot: int) -> None:
+        """A replacement worker, from the fork server."""
         p = self.ctx.Process(
             target=worker.main,
             args=(self.cfg, self.drain, self.counters),
@@ -84,21 +100,21 @@ class Pool:
 
     def run(self) -> int:
         check_chain(self.cfg)
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
         database = None
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
-        if self.cfg.metrics_port:
-            metrics.serve(self.cfg.metrics_port, database=database, multiprocess=True)
-        # Past every check that can refuse to start: the fork server's imports run while the
-        # database gauges are first computed.
-        multiprocessing.forkserver.ensure_running()
+        if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
+            self.metrics_server = metrics.listen(self.cfg.metrics_port, database=database, multiprocess=True)
+        for slot in range(self.cfg.workers):
+            self._fork(slot)
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        log.info("started %d worker(s)", self.cfg.workers)
+        # Threads from here on: no more plain forks.
+        if self.metrics_server is not None:
+            self.metrics_server.start()
         if database is not None:
             database.start()
-        for slot in range(self.cfg.workers):
-            self._start(slot)
-        log.info("started %d worker(s)", self.cfg.workers)
         conn: psycopg.Connection | None = None
         next_reap = time.monotonic()
         progress = Progress(self.counters)

@@ -239,8 +239,13 @@ def enqueue(
     # they join the caller's (psycopg's transaction() would commit an idle connection's work).
     with conn.transaction() if conn.autocommit else nullcontext():
         ids = [row[0] for row in conn.execute(ENQUEUE, params)]
-        conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+        notify(conn)
     return ids
+
+
+def notify(conn: psycopg.Connection) -> None:
+    """Wakes the idle workers (at commit, when a transaction is open)."""
+    conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
 
 
 def claim(conn: psycopg.Connection, worker: str, *, lease_seconds: float, limit: int = 1) -> list[Claim]:
@@ -324,7 +329,7 @@ def reap(
         if len(rows) < batch:
             break
     if reaped:  # idle workers wake and see when the retried jobs fall due
-        conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+        notify(conn)
     return reaped
 
 
@@ -337,7 +342,7 @@ def retry_failed(conn: psycopg.Connection) -> int:
     with conn.transaction():
         ids = conn.execute(RETRY_FAILED).fetchall()
         if ids:
-            conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+            notify(conn)
     return len(ids)
 
 

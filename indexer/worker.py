@@ -134,8 +134,7 @@ class Worker:
             store.prepare(self._conn)
         return self._conn
 
-    @property
-    def listener(self) -> psycopg.Connection:
+    def _listen(self) -> psycopg.Connection:
         if self._listener is None or self._listener.closed:
             self._listener = self._connect()
             self._listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
@@ -163,6 +162,7 @@ class Worker:
             try:
                 if job is None:
                     self._give_back_held_job()  # after a reconnect: the job we may still hold
+                    self._listen()  # before looking at the queue, so that no NOTIFY is missed
                     with metrics.CLAIM_SECONDS.time():
                         claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
                     job = claims[0] if claims else None
@@ -170,6 +170,7 @@ class Worker:
                 if job is not None:
                     job = self.run_job(job)
                 elif self.drain and not queue.has_unfinished_jobs(self.conn):
+                    queue.notify(self.conn)  # the other draining workers look again now
                     break
                 else:
                     self._wait_for_work()
@@ -203,11 +204,12 @@ class Worker:
         due = queue.next_due_seconds(self.conn)
         timeout = self.cfg.poll_seconds if due is None else min(self.cfg.poll_seconds, max(due, 0.05))
         if self.drain:
-            # Nothing announces that the last running job finished (a NOTIFY per completion
-            # would serialise commits), so a draining worker looks again every second.
+            # A NOTIFY per completion would serialise commits, so nothing announces that a
+            # running job finished: a draining worker looks again every second, and the one
+            # that finds the queue drained wakes the others.
             timeout = min(timeout, 1.0)
         deadline = time.monotonic() + timeout
-        listener = self.listener
+        listener = self._listen()
         # Short slices so that a stop request is noticed within a second.
         while not self.stop.is_set() and (left := deadline - time.monotonic()) > 0:
             if list(listener.notifies(timeout=min(left, 1.0), stop_after=1)):
@@ -331,15 +333,13 @@ class Worker:
         """Batches of `first..last` in order, fetched up to `rpc_in_flight` ahead of the caller.
 
         A batch holds at most `batch_size` blocks and, by the density seen so far, about
-        `batch_transactions` transactions, so that dense blocks do not balloon memory. Until
-        the density is known, one batch is fetched alone to measure it.
+        `batch_transactions` transactions, so that dense blocks do not balloon memory.
         """
         ahead: deque[Future[Rows]] = deque()
         next_first = first
         try:
             while True:
-                depth = self.cfg.rpc_in_flight if self._density is not None else 1
-                while next_first <= last and len(ahead) < depth:
+                while next_first <= last and len(ahead) < self.cfg.rpc_in_flight:
                     batch_last = min(next_first + self._batch_blocks() - 1, last)
                     ahead.append(self.fetcher.submit(self._fetch, next_first, batch_last))
                     next_first = batch_last + 1
@@ -369,10 +369,17 @@ class Worker:
             metrics.WAIT_SECONDS.inc(time.perf_counter() - started)
 
 
+# Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`:
+# small enough to be safe on any chain, and the pipeline is full from the first request.
+PROBE_FRACTION = 10
+
+
 def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:
     """Blocks in a batch: `batch_size`, or fewer where `density` transactions a block would put
-    more than about `batch_transactions` in it."""
-    if not density:
+    more than about `batch_transactions` in it (`density` None: not known yet)."""
+    if density is None:
+        return max(1, batch_size // PROBE_FRACTION)
+    if density == 0:
         return batch_size
     return max(1, min(batch_size, int(batch_transactions / density)))
 

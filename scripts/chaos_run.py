@@ -137,6 +137,7 @@ def report(url: str, node: Anvil, head: int, code: object, events: dict, served:
     lost = len(check.missing)
     checks = {
         "indexer work --drain exited 0": code == 0,
+        "a worker killed and a worker stalled": events["killed"] > 0 and events["stalled"] > 0,
         f"every block 0..{head} present once ({blocks[0]} rows)": blocks[0] == blocks[1] == head + 1,
         "parent-hash chain continuous": not check.broken_links,
         "transaction and log counts equal the node's": mismatched == 0 and not check.wrong_counts,

@@ -19,14 +19,19 @@ def descendants(pid: int) -> list[int]:
 
 
 def workers(pool_pid: int) -> list[int]:
-    """The worker processes of a pool: the children of its multiprocessing fork server."""
+    """The worker processes of a pool: its children (but its fork server and resource tracker,
+    both `python -c "from multiprocessing..."`), and the fork server's, which replace the dead."""
+    found = []
     for kid in children(pool_pid):
         try:
-            if b"forkserver" in Path(f"/proc/{kid}/cmdline").read_bytes():
-                return children(kid)
+            command = Path(f"/proc/{kid}/cmdline").read_bytes()
         except FileNotFoundError:
-            pass
-    return []
+            continue
+        if b"forkserver" in command:
+            found += children(kid)
+        elif b"from multiprocessing" not in command:
+            found.append(kid)
+    return found
 
 
 def signal_quietly(pid: int, sig: int) -> bool:

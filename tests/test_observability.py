@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +24,7 @@ from .anvil import free_port
 from .conftest import INDEXER as INDEXER_BIN
 from .cluster import REPO
 from .faultproxy import FaultProxy
+from .processes import signal_quietly, workers
 from .test_work import Work, running_job, wait_for
 
 DEPLOY = REPO / "deploy"
@@ -123,6 +125,41 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node):
         assert not any("SECRET" in k for k in samples)
     finally:
         w.kill()
+
+
+def test_a_taken_metrics_port_refuses_to_start_and_claims_nothing(db_url, conn, chain_node):
+    planner.plan(conn, 0, 20, 10)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        w = Work(db_url, chain_node.url, "--workers", "2", "--drain", INDEXER_METRICS_PORT=str(port))
+        assert w.wait() == 1
+    assert w.output().strip().splitlines()[-1] == f"indexer work: error: cannot serve metrics on port {port}: Address already in use"
+    assert conn.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2").fetchall() == [("pending", 0, 2)]
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
+
+
+def test_workers_left_behind_by_a_killed_pool_do_not_hold_its_metrics_port(db_url, conn, chain_node):
+    planner.plan(conn, 0, chain_node.head() + 1, 10)
+    port = free_port()
+    with FaultProxy(chain_node.url, delay=0.2) as slow:
+        first = Work(db_url, slow.url, "--workers", "2", "--batch-size", "1", INDEXER_METRICS_PORT=str(port))
+        wait_for(lambda: running_job(conn), "a job in progress")
+        orphans = workers(first.proc.pid)
+        assert len(orphans) == 2
+        first.proc.kill()
+        first.proc.wait()
+        second = Work(db_url, slow.url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        try:
+            assert all(Path(f"/proc/{pid}").exists() for pid in orphans)  # still running their jobs
+            wait_for(lambda: "metrics on" in second.output() or second.proc.poll() is not None, "the second pool")
+            assert second.proc.poll() is None, second.output()
+            assert "indexer_blocks_indexed_total" in wait_for(lambda: scrape(port), "a scrape")
+        finally:
+            second.kill()
+            for pid in orphans:
+                signal_quietly(pid, signal.SIGKILL)
 
 
 def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node):
