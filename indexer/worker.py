@@ -3,12 +3,14 @@
 Following one job:
 1. `queue.claim` commits at once; the job is ours until `locked_until`, proven by its token.
 2. Its range is cut into batches of `batch_size` blocks, fetched `rpc_in_flight` at a time
-   ahead of the writer (`chain.fetch`).
+   ahead of the writer (`chain.fetch`). Once the last of them is asked for, the next job is
+   claimed and its first batches fill the room, so the node never waits on a job boundary.
 3. Each batch is one short transaction: `store.write`, then `queue.heartbeat` (extends the
    lease, records the resume cursor, checks the token). A heartbeat that finds no row means the
    reaper took the job back: the transaction, batch and all, is rolled back and the job dropped.
-4. At the end, `queue.complete_and_claim` archives the job, again only if the token still
-   holds, and claims the next one in the same statement.
+4. At the end, the job is archived, again only if the token still holds: by `queue.complete`
+   when the next job was claimed ahead, else by `queue.complete_and_claim`, which claims the
+   next one in the same statement.
    A range reaching past the safe head is indexed as far as is safe, then deferred.
 Errors give the job back with backoff (`queue.give_back`); SIGTERM/SIGINT gives it back at
 once with no attempt spent (`queue.defer`). The database going away is survived: the worker
@@ -113,7 +115,8 @@ class Worker:
         self._safe: int | None = None  # the safe head last asked for; it only grows
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
-        self._held: queue.Claim | None = None
+        self._held: list[queue.Claim] = []  # the job being run, and the one claimed ahead
+        self._ahead: Batches | None = None  # the job claimed ahead, its first batches asked for
         self._cursor: int | None = None
         self._parent = os.getppid()
         self._density: float | None = None  # transactions per block, as seen so far
@@ -161,7 +164,7 @@ class Worker:
                 break
             try:
                 if job is None:
-                    self._give_back_held_job()  # after a reconnect: the job we may still hold
+                    self._give_back_held_jobs()  # after a reconnect: the jobs we may still hold
                     self._listen()  # before looking at the queue, so that no NOTIFY is missed
                     with metrics.CLAIM_SECONDS.time():
                         claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
@@ -176,25 +179,27 @@ class Worker:
                     self._wait_for_work()
             except psycopg.OperationalError as exc:
                 job = None  # if it was claimed, it is held: given back after reconnecting
+                self._drop_ahead()
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6))
                 log.warning("database unavailable (%s); reconnecting in %.1f s", redact(first_line(exc)), delay)
                 self._drop_connections()
                 self.stop.wait(delay)
-        self._give_back_held_job()
+        self._drop_ahead()
+        self._give_back_held_jobs()
         self.fetcher.shutdown(wait=False, cancel_futures=True)
         self._drop_connections()
         return 0
 
-    def _give_back_held_job(self) -> None:
-        """After a reconnect or on shutdown: return the job we still hold, no attempt spent."""
-        if self._held is not None:
-            job = self._held
+    def _give_back_held_jobs(self) -> None:
+        """After a reconnect or on shutdown: return the jobs we still hold, no attempt spent."""
+        while self._held:
+            job = self._held[0]
             kept = queue.defer(self.conn, job)  # if this fails, try again later
-            self._held = None
+            self._held.pop(0)
             if kept:
                 metrics.JOB_OUTCOMES.labels("shutdown" if self.stop.is_set() else "given_back").inc()
-                log.info("gave back job %d at block %s", job.id, self._cursor)
+                log.info("gave back job %d", job.id)
             else:
                 metrics.JOB_OUTCOMES.labels("lost_claim").inc()
                 log.warning("lost claim on job %d: its lease was taken back while we were away", job.id)
@@ -218,23 +223,30 @@ class Worker:
     # -- one job -------------------------------------------------------------------------------
 
     def run_job(self, job: queue.Claim) -> queue.Claim | None:
-        """Runs one job; returns the next one when it was claimed along with this one's completion."""
-        self._held = job
+        """Runs one job; returns the next one, claimed ahead or with this one's completion."""
+        if job not in self._held:
+            self._held.append(job)
+        batches = self._ahead if self._ahead is not None and self._ahead.job == job else None
+        self._ahead = None
         bounds = _payload_bounds(job)
         if bounds is None:
             # Cannot succeed on any retry: fail it now, keeping the reason.
+            self._held.remove(job)
             queue.give_back(self.conn, job, f"malformed job: kind {job.kind!r}, payload {job.payload!r}", max_attempts=0)
             metrics.JOB_OUTCOMES.labels("failed").inc()
             log.error("job %d failed: malformed payload %r", job.id, job.payload)
-            self._held = None
-            return None
+            return self._following()
         first, last = bounds
         self._cursor = max(first, job.cursor or first)
         following: queue.Claim | None = None
         started = time.monotonic()
         try:
             safe = self._safe_head(last)
-            for rows in self._batches(self._cursor, min(last, safe)):
+            if batches is None:
+                batches = Batches(job, self._cursor, min(last, safe))
+            else:  # claimed ahead: the safe head may have moved since
+                batches.last = max(batches.last, min(last, safe))
+            for rows in self._fetched(batches):
                 if self.stop.is_set():
                     raise Stopping()
                 # The heartbeat goes last: it locks the job's row, and a worker stalled while
@@ -251,8 +263,11 @@ class Worker:
                 if self.counters:
                     self.counters.add(blocks=blocks)
             past_safe_head = self._cursor <= last
+            following = self._following()
             if past_safe_head:
                 kept = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
+            elif following is not None:
+                kept = queue.complete(self.conn, job)
             else:  # and, unless stopping, claim the next job in the same statement
                 with metrics.CLAIM_SECONDS.time():
                     finished, claims = queue.complete_and_claim(
@@ -260,7 +275,9 @@ class Worker:
                         limit=0 if self.stop.is_set() else 1)
                 kept = job.id in finished
                 following = claims[0] if claims else None
-            self._held = following
+                if following is not None:
+                    self._held.append(following)
+            self._held.remove(job)
             if not kept:
                 raise LostClaim()
             if past_safe_head:
@@ -273,24 +290,40 @@ class Worker:
                     self.counters.add(jobs=1)
                 log.debug("job %d (%d..%d) done in %.2f s", job.id, first, last, time.monotonic() - started)
         except LostClaim:
-            self._held = following  # the claim that came with a lost completion is still ours
+            if job in self._held:
+                self._held.remove(job)
+            if following is None:  # a claim made ahead or with the completion is still ours
+                following = self._following()
             metrics.JOB_OUTCOMES.labels("lost_claim").inc()
             log.warning("lost claim on job %d (blocks %d..%d): its lease was taken back; stopping it", job.id, first, last)
         except Stopping:
             pass  # run() gives the job back
         except (RpcError, ChainDataError) as exc:
             self._fail(job, str(exc))
+            following = self._following()
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
             self._fail(job, f"database: {first_line(exc)}")
+            following = self._following()
         except Exception as exc:  # a bug or an unforeseen answer: keep it on the job, go on
             log.exception("job %d crashed", job.id)
             self._fail(job, f"{type(exc).__name__}: {exc}")
+            following = self._following()
         return following
 
+    def _following(self) -> queue.Claim | None:
+        """The job claimed ahead, if any: the next to run."""
+        return self._ahead.job if self._ahead is not None else None
+
+    def _drop_ahead(self) -> None:
+        """Forgets the batches asked for ahead (the job itself stays held, to be given back)."""
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
+
     def _fail(self, job: queue.Claim, error: str) -> None:
-        self._held = None
+        self._held.remove(job)
         status = queue.give_back(
             self.conn, job, redact(error), max_attempts=self.cfg.max_attempts,
             backoff_base=self.cfg.backoff_base_seconds,
@@ -329,29 +362,49 @@ class Worker:
                 return chain.fetch(self.client, first, last)
         raise AssertionError("unreachable")
 
-    def _batches(self, first: int, last: int) -> Iterator[Rows]:
-        """Batches of `first..last` in order, fetched up to `rpc_in_flight` ahead of the caller.
+    def _fetched(self, batches: "Batches") -> Iterator[Rows]:
+        """The job's batches in order, fetched up to `rpc_in_flight` ahead of the caller; with
+        the job claimed ahead, once this one has asked for all of its own, sharing that room.
 
         A batch holds at most `batch_size` blocks and, by the density seen so far, about
         `batch_transactions` transactions, so that dense blocks do not balloon memory.
         """
-        ahead: deque[Future[Rows]] = deque()
-        next_first = first
         try:
             while True:
-                while next_first <= last and len(ahead) < self.cfg.rpc_in_flight:
-                    batch_last = min(next_first + self._batch_blocks() - 1, last)
-                    ahead.append(self.fetcher.submit(self._fetch, next_first, batch_last))
-                    next_first = batch_last + 1
-                if not ahead:
+                room = self.cfg.rpc_in_flight - batches.in_flight()
+                room -= batches.ask(self, room)
+                if batches.all_asked() and room > 0:
+                    if self._ahead is None and not self.stop.is_set():
+                        self._claim_ahead()
+                    if self._ahead is not None:
+                        self._ahead.ask(self, room - self._ahead.in_flight())
+                if not batches.futures:
                     return
-                rows = self._result(ahead.popleft())
+                rows = self._result(batches.futures.popleft())
                 density = len(rows.transactions) / (rows.last - rows.first + 1)
                 self._density = density if self._density is None else (self._density + density) / 2
                 yield rows
         finally:
-            for f in ahead:
-                f.cancel()
+            batches.cancel()
+
+    def _claim_ahead(self) -> None:
+        with metrics.CLAIM_SECONDS.time():
+            claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
+        if not claims:
+            return
+        job = claims[0]
+        self._held.append(job)
+        bounds = _payload_bounds(job)
+        if bounds is None:  # run_job fails it
+            self._ahead = Batches(job, 0, -1)
+            return
+        first, last = bounds
+        first = max(first, job.cursor or first)
+        try:
+            safe = self._safe_head(last)
+        except RpcError:  # not this job's failure: nothing is asked ahead, and running it asks again
+            safe = first - 1
+        self._ahead = Batches(job, first, min(last, safe))
 
     def _batch_blocks(self) -> int:
         return batch_blocks(self._density, self.cfg.batch_size, self.cfg.batch_transactions)
@@ -372,6 +425,37 @@ class Worker:
 # Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`:
 # small enough to be safe on any chain, and the pipeline is full from the first request.
 PROBE_FRACTION = 10
+
+
+class Batches:
+    """The blocks `first..last` of one job, and the batches of them asked of the node so far."""
+
+    def __init__(self, job: queue.Claim, first: int, last: int) -> None:
+        self.job = job
+        self.next_first = first
+        self.last = last
+        self.futures: deque[Future[Rows]] = deque()
+
+    def ask(self, worker: Worker, room: int) -> int:
+        """Asks for up to `room` more batches; returns how many."""
+        asked = 0
+        while asked < room and not self.all_asked():
+            batch_last = min(self.next_first + worker._batch_blocks() - 1, self.last)
+            self.futures.append(worker.fetcher.submit(worker._fetch, self.next_first, batch_last))
+            self.next_first = batch_last + 1
+            asked += 1
+        return asked
+
+    def all_asked(self) -> bool:
+        return self.next_first > self.last
+
+    def in_flight(self) -> int:
+        return len(self.futures)
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
+        self.futures.clear()
 
 
 def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:

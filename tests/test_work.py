@@ -229,6 +229,25 @@ def test_sigterm_gives_the_job_back_at_once_with_no_attempt_spent(db_url, conn, 
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == cursor
 
 
+def test_the_next_job_is_claimed_ahead_and_both_are_given_back_on_sigterm(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 3)  # three batches of one block: all asked for at once
+    held_by_one = """
+        SELECT array_agg(id ORDER BY id) FROM jobs WHERE status = 'running' GROUP BY locked_by HAVING count(*) = 2
+    """
+    with FaultProxy(chain_node.url, delay=0.2) as slow:
+        w = work(db_url, slow.url, "--workers", "1", "--batch-size", "1")
+        held = wait_for(lambda: conn.execute(held_by_one).fetchone(), "the worker to hold two jobs")[0]
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.wait(30) == 0, w.output()
+    rows = conn.execute("SELECT status, attempts, claim_token FROM jobs WHERE id = ANY(%s)", (held,)).fetchall()
+    assert rows == [("pending", 0, None)] * 2
+    again = work(db_url, chain_node.url, "--workers", "1", "--drain")
+    assert again.wait() == 0, again.output()
+    assert conn.execute("SELECT DISTINCT attempts FROM jobs_history").fetchall() == [(1,)]
+    assert_matches_node(conn, chain_node.url, 0, head)
+
+
 def test_a_range_beyond_the_head_is_deferred_then_finished(db_url, conn, work):
     with Anvil() as node:
         node.mine(30)  # head 30
