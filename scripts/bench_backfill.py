@@ -5,7 +5,8 @@ For each chain (sparse: empty blocks mined by a pruned anvil; dense: many transa
 per block), on the same node and blocks:
 - raw ceiling: a plain HTTP client (requests + orjson) fetching batches of 100 blocks with full
   transactions plus `eth_getBlockReceipts` for every block, 4 batches in flight, decoding the
-  JSON, writing nothing;
+  JSON, writing nothing; measured before the first indexer run and after each, and every run is
+  held against the mean of the two around it (the machine's speed drifts by 10% and more);
 - `indexer work --drain` with N workers on a fresh database: migrate and plan first (not timed),
   then the wall time from starting the pool to its exit, process start-up included (jobs of
   10,000 blocks, or on a short chain 1/20 of it but at least 100 blocks);
@@ -264,19 +265,26 @@ def main() -> None:
                 build_dense(node, size - 1, args.dense_txs)
             head = node.head()
             print(f"# {kind}: {head + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+            with Cores(node.proc.pid) as before_cores:
+                before = raw_ceiling(node.url, head)
             for _ in range(args.repeat):
-                with Cores(node.proc.pid) as ceiling_cores:
-                    ceiling = raw_ceiling(node.url, head)
                 for n in workers:
                     cores = Cores(node.proc.pid)
                     rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{os.getpid()}_{kind}_{n}", cores)
-                    rows.append((kind, head + 1, n, ceiling, rate, rss, ceiling_cores, cores))
-                    print(f"# {kind} workers={n}: ceiling {ceiling:,.0f} blocks/s, indexer {rate:,.0f} blocks/s "
-                          f"({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores node/client/rest: ceiling "
-                          f"{ceiling_cores}, indexer {cores}", file=sys.stderr, flush=True)
+                    with Cores(node.proc.pid) as after_cores:
+                        after = raw_ceiling(node.url, head)
+                    # The machine's speed drifts: each run is held against the ceilings measured
+                    # just before and just after it.
+                    ceiling = (before + after) / 2
+                    rows.append((kind, head + 1, n, ceiling, rate, rss, before_cores, cores))
+                    print(f"# {kind} workers={n}: ceiling {before:,.0f} then {after:,.0f} blocks/s, indexer "
+                          f"{rate:,.0f} blocks/s ({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores "
+                          f"node/client/rest: ceiling {before_cores}, indexer {cores}", file=sys.stderr, flush=True)
+                    before, before_cores = after, after_cores
             breakdowns[kind] = breakdown(args.database_url, node.url, head)
     rows = median_rows(rows)
-    print(f"Median of {args.repeat} run(s); each run measures the ceiling, then `indexer work` at each worker count.\n")
+    print(f"Median of {args.repeat} run(s) at each worker count; each held against the mean of the ceilings measured just "
+          "before and just after it.\n")
     print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
           "| peak worker RSS (MB) | cores busy, ceiling: node / client / rest | cores busy, indexer: node / indexer / rest |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
