@@ -23,6 +23,10 @@ Methods (`--methods`):
   for-update-1stmt  the project's one-statement claim with plain FOR UPDATE instead of SKIP LOCKED
   read-then-update  the article's attempt 1: `for-update` without FOR UPDATE; jobs run twice are
                     counted
+  article           the reference of issue 7, measured in the same run: the article's SKIP LOCKED
+                    claim and its completing UPDATE (status 'done', the row stays in `jobs`) in
+                    plain psycopg with the server's settings (durable commits): two commits a job
+  article-batch-10  the same with claims of 10 and one completing UPDATE for the ten
 
 Then, at `--scenario-workers` workers with `skip-locked`, claim latency:
   - with `--history` rows in jobs_history against an empty history;
@@ -102,8 +106,25 @@ WAL_BYTES_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %(lsn)s):
 HISTORY_CHECK = "SELECT count(*), count(DISTINCT id) FROM jobs_history WHERE id > 0"
 LIVE_JOBS = "SELECT count(*) FROM jobs"
 
+# The article's queue, as the reference figures of issue 7 ran it: finished jobs stay in `jobs`.
+ARTICLE_CLAIM = """
+UPDATE jobs
+SET status = 'running', attempts = attempts + 1, locked_by = %(worker)s, claim_token = gen_random_uuid(),
+    locked_until = now() + make_interval(secs => %(lease)s), updated_at = now()
+WHERE id IN (
+    SELECT id FROM jobs WHERE status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
+"""
+ARTICLE_COMPLETE = """
+UPDATE jobs SET status = 'done', claim_token = NULL, locked_until = NULL, updated_at = now()
+WHERE id = ANY(%(ids)s) AND claim_token = ANY(%(tokens)s) AND status = 'running'
+"""
+ARTICLE_CHECK = "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FROM jobs"
+
 METHODS = ("skip-locked", "skip-locked-next", "batch-10", "batch-10-next", "for-update", "for-update-1stmt",
-           "read-then-update", "skip-locked-sync", "for-update-sync")
+           "read-then-update", "skip-locked-sync", "for-update-sync", "article", "article-batch-10")
 
 
 @dataclass
@@ -119,6 +140,8 @@ class Result:
 
 
 def connect(url: str, method: str) -> psycopg.Connection:
+    if method.startswith("article"):
+        return psycopg.connect(url, autocommit=True)
     options = session_options(LEASE)
     if method.endswith("-sync"):
         options = options.replace("synchronous_commit=off", "synchronous_commit=on")
@@ -131,7 +154,7 @@ def work(url: str, method: str, name: str, heartbeats: int, start: mp.Barrier, o
     ran: list[int] = []
     beats = 0
     with connect(url, method) as conn:
-        limit = 10 if method.startswith("batch-10") else 1
+        limit = 10 if "batch-10" in method else 1
         combined = method.endswith("-next")
         start.wait()
         held: list[queue.Claim] = []
@@ -139,6 +162,8 @@ def work(url: str, method: str, name: str, heartbeats: int, start: mp.Barrier, o
             t = time.perf_counter()
             if combined and held:
                 _, claims = queue.complete_and_claim(conn, held, name, lease_seconds=LEASE, limit=limit)
+            elif method.startswith("article"):
+                claims = [queue.Claim(*r) for r in conn.execute(ARTICLE_CLAIM, {"worker": name, "lease": LEASE, "limit": limit})]
             elif method == "for-update-1stmt":
                 claims = [queue.Claim(*r) for r in conn.execute(CLAIM_FOR_UPDATE, {"worker": name, "lease": LEASE, "limit": 1})]
             elif method in ("for-update", "for-update-sync", "read-then-update"):
@@ -159,7 +184,9 @@ def work(url: str, method: str, name: str, heartbeats: int, start: mp.Barrier, o
                 for _ in range(heartbeats):
                     queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=beats)
                     beats += 1
-            if not combined:
+            if method.startswith("article"):
+                conn.execute(ARTICLE_COMPLETE, {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]})
+            elif not combined:
                 if limit == 1:
                     queue.complete(conn, claims[0])
                 else:
@@ -220,8 +247,12 @@ class Bench:
         latencies = [x for a in answers for x in a[0]]
         ran = [i for a in answers for i in a[1]]
         with db.connect(url) as conn:
-            archived, distinct = conn.execute(HISTORY_CHECK).fetchone()
-            left = conn.execute(LIVE_JOBS).fetchone()[0]
+            if method.startswith("article"):  # done jobs stay in `jobs`
+                archived, total = conn.execute(ARTICLE_CHECK).fetchone()
+                distinct, left = archived, total - archived
+            else:
+                archived, distinct = conn.execute(HISTORY_CHECK).fetchone()
+                left = conn.execute(LIVE_JOBS).fetchone()[0]
         # Every job done and archived once; only attempt 1 may start a job twice.
         assert (archived, distinct, left) == (self.jobs, self.jobs, 0), (method, archived, distinct, left)
         assert len(set(ran)) == self.jobs, (method, len(set(ran)))
@@ -301,6 +332,18 @@ def scenarios(bench: Bench, workers: int, history_rows: int, dead_rows: int, hea
     return lines
 
 
+def against_the_article(results: list[Result], workers: int) -> list[str]:
+    """Each method's throughput over the article's queue of the same claim size, same run."""
+    at = {r.method: r.jobs_per_second for r in results if r.workers == workers}
+    lines = []
+    for reference, ours in (("article", ("skip-locked", "skip-locked-next", "skip-locked-sync")),
+                            ("article-batch-10", ("batch-10", "batch-10-next"))):
+        if reference in at:
+            lines += [f"- `{m}` at {workers} workers: {at[m]:,.0f} jobs/s, {at[m] / at[reference]:.2f}x `{reference}` "
+                      f"({at[reference]:,.0f} jobs/s)" for m in ours if m in at]
+    return ["", *lines] if lines else []
+
+
 def plot(results: list[Result], path: Path) -> None:
     import matplotlib
 
@@ -353,10 +396,13 @@ def main() -> None:
     try:
         results = []
         for n in workers:
+            repeat = args.repeat if n == args.scenario_workers else args.repeat_others
+            runs: dict[str, list[Result]] = {m: [] for m in methods}
+            for _ in range(repeat):  # round-robin, so that the machine's drift hits every method alike
+                for method in methods:
+                    runs[method].append(bench.run(bench.fresh(), method, n))
             for method in methods:
-                repeat = args.repeat if n == args.scenario_workers else args.repeat_others
-                runs = [bench.run(bench.fresh(), method, n) for _ in range(repeat)]
-                r = median_result(runs)
+                r = median_result(runs[method])
                 results.append(r)
                 print(f"# {method} x{n}: {r.jobs_per_second:,.0f} jobs/s, claim p50 {r.claim_p50_ms:.2f} ms "
                       f"p99 {r.claim_p99_ms:.2f} ms, jobs run twice {r.runs - args.jobs}", file=sys.stderr, flush=True)
@@ -367,6 +413,7 @@ def main() -> None:
         for r in sorted(results, key=lambda r: (methods.index(r.method), r.workers)):
             print(f"| {r.method} | {r.workers} | {r.jobs_per_second:,.0f} | {r.claim_p50_ms:.2f} | {r.claim_p99_ms:.2f} "
                   f"| {r.runs - args.jobs:,} |")
+        print("\n".join(against_the_article(results, args.scenario_workers)))
         if not args.no_scenarios:
             print()
             print("\n".join(scenarios(bench, args.scenario_workers, args.history, args.dead, args.heartbeats,

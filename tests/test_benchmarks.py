@@ -36,10 +36,10 @@ def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
                      "--repeat", "1", "--history", "2000", "--dead", "2000", "--heartbeats", "2")
     runs = {}
     for method in ("skip-locked", "skip-locked-next", "batch-10", "batch-10-next", "for-update", "for-update-1stmt",
-                   "read-then-update", "skip-locked-sync", "for-update-sync"):
+                   "read-then-update", "skip-locked-sync", "for-update-sync", "article", "article-batch-10"):
         for row in table_rows(out, f"{method} |"):
             runs[method, int(row[1])] = int(row[5].replace(",", ""))
-    assert len(runs) == 18, out
+    assert len(runs) == 22, out
     # The script itself asserts every job archived once; only attempt 1 may report jobs run twice.
     assert all(twice == 0 for (method, _), twice in runs.items() if method != "read-then-update"), out
     assert "2,000 rows in jobs_history" in out and "2,000 dead tuples" in out
