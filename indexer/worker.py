@@ -28,7 +28,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Iterator
+from typing import Callable, Iterator
 
 import psycopg
 import tenacity
@@ -372,12 +372,12 @@ class Worker:
         try:
             while True:
                 room = self.cfg.rpc_in_flight - batches.in_flight()
-                room -= batches.ask(self, room)
+                room -= batches.ask(room, self._batch_blocks(), self._submit)
                 if batches.all_asked() and room > 0:
                     if self._ahead is None and not self.stop.is_set():
                         self._claim_ahead()
                     if self._ahead is not None:
-                        self._ahead.ask(self, room - self._ahead.in_flight())
+                        self._ahead.ask(room - self._ahead.in_flight(), self._batch_blocks(), self._submit)
                 if not batches.futures:
                     return
                 rows = self._result(batches.futures.popleft())
@@ -405,6 +405,9 @@ class Worker:
         except RpcError:  # not this job's failure: nothing is asked ahead, and running it asks again
             safe = first - 1
         self._ahead = Batches(job, first, min(last, safe))
+
+    def _submit(self, first: int, last: int) -> Future[Rows]:
+        return self.fetcher.submit(self._fetch, first, last)
 
     def _batch_blocks(self) -> int:
         return batch_blocks(self._density, self.cfg.batch_size, self.cfg.batch_transactions)
@@ -436,12 +439,12 @@ class Batches:
         self.last = last
         self.futures: deque[Future[Rows]] = deque()
 
-    def ask(self, worker: Worker, room: int) -> int:
-        """Asks for up to `room` more batches; returns how many."""
+    def ask(self, room: int, size: int, submit: Callable[[int, int], Future[Rows]]) -> int:
+        """Asks for up to `room` more batches of `size` blocks; returns how many."""
         asked = 0
         while asked < room and not self.all_asked():
-            batch_last = min(self.next_first + worker._batch_blocks() - 1, self.last)
-            self.futures.append(worker.fetcher.submit(worker._fetch, self.next_first, batch_last))
+            batch_last = min(self.next_first + size - 1, self.last)
+            self.futures.append(submit(self.next_first, batch_last))
             self.next_first = batch_last + 1
             asked += 1
         return asked
