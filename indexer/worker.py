@@ -235,7 +235,7 @@ class Worker:
             queue.give_back(self.conn, job, f"malformed job: kind {job.kind!r}, payload {job.payload!r}", max_attempts=0)
             metrics.JOB_OUTCOMES.labels("failed").inc()
             log.error("job %d failed: malformed payload %r", job.id, job.payload)
-            return self._following()
+            return self._following()  # claimed ahead by the job before
         first, last = bounds
         self._cursor = max(first, job.cursor or first)
         following: queue.Claim | None = None
@@ -292,25 +292,21 @@ class Worker:
         except LostClaim:
             if job in self._held:
                 self._held.remove(job)
-            if following is None:  # a claim made ahead or with the completion is still ours
-                following = self._following()
             metrics.JOB_OUTCOMES.labels("lost_claim").inc()
             log.warning("lost claim on job %d (blocks %d..%d): its lease was taken back; stopping it", job.id, first, last)
         except Stopping:
             pass  # run() gives the job back
         except (RpcError, ChainDataError) as exc:
             self._fail(job, str(exc))
-            following = self._following()
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
             self._fail(job, f"database: {first_line(exc)}")
-            following = self._following()
         except Exception as exc:  # a bug or an unforeseen answer: keep it on the job, go on
             log.exception("job %d crashed", job.id)
             self._fail(job, f"{type(exc).__name__}: {exc}")
-            following = self._following()
-        return following
+        # Whatever became of this job, a claim made ahead or with its completion is still ours.
+        return following if following is not None else self._following()
 
     def _following(self) -> queue.Claim | None:
         """The job claimed ahead, if any: the next to run."""
