@@ -1,9 +1,9 @@
-"""Block ranges -> `index_blocks` jobs.
+"""`indexer plan`: block ranges -> `index_blocks` jobs.
 
-A job's payload is the article's `{"from": F, "to": T}`, both ends inclusive. Jobs are cut on
-the grid of multiples of `chunk`, so overlapping plans produce the same boundaries. A plan adds
-jobs only for the part of its range that no job covers yet, in `jobs` (any status) or in
-`jobs_history`: re-running a plan adds nothing, and widening it adds only the new blocks.
+Jobs are cut on the grid of multiples of `chunk` (`block_range.cut`), so overlapping plans
+produce the same boundaries. A plan adds jobs only for the part of its range that no job covers
+yet, in `jobs` (any status) or in `jobs_history`: re-running a plan adds nothing, and widening
+it adds only the new blocks.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from dataclasses import dataclass
 import psycopg
 
 from . import queue
-
-JOB_KIND = "index_blocks"
+from .block_range import JOB_KIND, cut
 
 # Serialises planners: two overlapping plans at once must not both see a range as uncovered.
 PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 
-# The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
 # The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
 UNCOVERED_RANGES = """
 WITH covered AS (
@@ -44,17 +42,6 @@ class PlanResult:
     blocks_already_planned: int
 
 
-def split(start: int, end: int, chunk: int) -> list[dict[str, int]]:
-    """Payloads for [start, end), cut at multiples of `chunk`."""
-    payloads = []
-    lo = start
-    while lo < end:
-        hi = min((lo // chunk + 1) * chunk, end)
-        payloads.append({"from": lo, "to": hi - 1})
-        lo = hi
-    return payloads
-
-
 def plan(conn: psycopg.Connection, start: int, end: int, chunk: int) -> PlanResult:
     """Plans [start, end) in one transaction with at most one NOTIFY."""
     if not 0 <= start < end:
@@ -64,7 +51,7 @@ def plan(conn: psycopg.Connection, start: int, end: int, chunk: int) -> PlanResu
     with conn.transaction():
         conn.execute(PLAN_LOCK)
         gaps = conn.execute(UNCOVERED_RANGES, {"start": start, "end": end}).fetchall()
-        payloads = [p for lo, hi in gaps for p in split(lo, hi, chunk)]
-        queue.enqueue(conn, JOB_KIND, payloads)
+        ranges = [r for lo, hi in gaps for r in cut(lo, hi, chunk)]
+        queue.enqueue(conn, JOB_KIND, [r.payload() for r in ranges])
     blocks_added = sum(hi - lo for lo, hi in gaps)
-    return PlanResult(len(payloads), blocks_added, (end - start) - blocks_added)
+    return PlanResult(len(ranges), blocks_added, (end - start) - blocks_added)

@@ -24,13 +24,15 @@ from typing import Any, Iterable, Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .states import JobStatus
+
 NOTIFY_CHANNEL = "indexer_jobs"
 
-# Backoff for attempt n (n >= 1, counted at claim): base * 2^n seconds times a jitter in
-# [0.5, 1.5), capped at one hour. With the article's base of 30 s the first failure waits
-# 30-90 s. Shared by the reaper and by give-back so both kinds of failure back off alike.
-BACKOFF_BASE_SECONDS = 30.0
-_BACKOFF = "least(3600, %(backoff_base)s * power(2, least(attempts, 20)) * (0.5 + random()))"
+# Statuses are written into the statements as literals, not bound: the claim's partial index
+# (`WHERE status = 'pending'`) can serve only a query whose predicate is that same literal, and
+# the workers' sessions run generic plans, which never see a parameter's value.
+PENDING, RUNNING, DONE, FAILED = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
+                                                     JobStatus.FAILED))
 
 ENQUEUE = """
 INSERT INTO jobs (kind, payload, run_at)
@@ -44,9 +46,9 @@ RETURNING id
 # times in a transaction still wakes the listeners once, at commit, and never on rollback.
 NOTIFY = "SELECT pg_notify(%(channel)s, '')"
 
-CLAIM = """
+CLAIM = f"""
 UPDATE jobs
-SET status = 'running',
+SET status = {RUNNING},
     attempts = attempts + 1,
     locked_by = %(worker)s,
     claim_token = gen_random_uuid(),
@@ -54,7 +56,7 @@ SET status = 'running',
     updated_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM jobs
-    WHERE status = 'pending' AND run_at <= now()
+    WHERE status = {PENDING} AND run_at <= now()
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -62,26 +64,30 @@ WHERE id = ANY(ARRAY(
 RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
 """
 
-HEARTBEAT = """
+# Every statement that changes a running job matches its claim: a worker whose lease was taken
+# back (and perhaps claimed by another) changes nothing.
+_HELD = f"id = %(id)s AND claim_token = %(token)s AND status = {RUNNING}"
+
+HEARTBEAT = f"""
 UPDATE jobs
 SET locked_until = now() + make_interval(secs => %(lease)s),
     cursor = coalesce(%(cursor)s, cursor),
     updated_at = now()
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+WHERE {_HELD}
 RETURNING locked_until
 """
 
 # Delete from the hot table and archive in one statement: a job is never in both, or neither.
 # Takes arrays, so that one statement (one commit) finishes a whole batch of claims.
-_FINISH = """
+_FINISH = f"""
 finished AS (
     DELETE FROM jobs AS j
     USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = 'running'
+    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = {RUNNING}
     RETURNING j.id, j.kind, j.payload, j.attempts, j.locked_by, j.last_error, j.created_at
 ), archived AS (
     INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
-    SELECT id, kind, payload, 'done', attempts, locked_by, last_error, created_at, now()
+    SELECT id, kind, payload, {DONE}, attempts, locked_by, last_error, created_at, now()
     FROM finished
     RETURNING id
 )"""
@@ -98,36 +104,47 @@ SELECT (SELECT coalesce(array_agg(id), '{{}}') FROM archived), claimed.*
 FROM (VALUES (1)) AS one LEFT JOIN claimed ON true
 """
 
+# A job released after an error or an expired lease: back to pending after a backoff, or failed
+# once it has had its last attempt. Backoff for attempt n (n >= 1, counted at claim) is
+# base * 2^n seconds times a jitter in [0.5, 1.5), capped at one hour: with the article's base of
+# 30 s the first failure waits 30-90 s. Give-back and the reaper share it, so both kinds of
+# failure back off alike.
+_OUT_OF_ATTEMPTS = "{t}attempts >= %(max_attempts)s"
+_RELEASE = f"""
+    status = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {FAILED} ELSE {PENDING} END,
+    run_at = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {{t}}run_at
+                  ELSE now() + make_interval(secs => least(3600, %(backoff_base)s
+                                                                 * power(2, least({{t}}attempts, 20))
+                                                                 * (0.5 + random()))) END,
+    finished_at = CASE WHEN {_OUT_OF_ATTEMPTS} THEN now() END,
+    locked_by = NULL, claim_token = NULL, locked_until = NULL,
+    updated_at = now()"""
+
 GIVE_BACK = f"""
 UPDATE jobs
-SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
-    run_at = CASE WHEN attempts >= %(max_attempts)s THEN run_at
-                  ELSE now() + make_interval(secs => {_BACKOFF}) END,
-    finished_at = CASE WHEN attempts >= %(max_attempts)s THEN now() END,
-    last_error = %(error)s,
-    locked_by = NULL, claim_token = NULL, locked_until = NULL,
-    updated_at = now()
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+SET {_RELEASE.format(t="")},
+    last_error = %(error)s
+WHERE {_HELD}
 RETURNING status, extract(epoch FROM run_at - now())::float8 AS backoff_seconds
 """
 
 # Back to pending without spending the attempt the claim counted: for ranges above the safe
-# head and for shutdown (delay 0).
-DEFER = """
+# head, for shutdown and after a reconnect (delay 0).
+DEFER = f"""
 UPDATE jobs
-SET status = 'pending',
+SET status = {PENDING},
     attempts = greatest(attempts - 1, 0),
     run_at = now() + make_interval(secs => %(delay)s),
     locked_by = NULL, claim_token = NULL, locked_until = NULL,
     updated_at = now()
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'running'
+WHERE {_HELD}
 RETURNING id
 """
 
 REAP = f"""
 WITH expired AS (
     SELECT id, locked_by AS holder, attempts AS attempt FROM jobs
-    WHERE status = 'running' AND locked_until < now()
+    WHERE status = {RUNNING} AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -135,13 +152,8 @@ WITH expired AS (
     INSERT INTO lease_expirations (job_id, locked_by, attempt) SELECT id, holder, attempt FROM expired
 )
 UPDATE jobs AS j
-SET status = CASE WHEN j.attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
-    run_at = CASE WHEN j.attempts >= %(max_attempts)s THEN j.run_at
-                  ELSE now() + make_interval(secs => {_BACKOFF}) END,
-    finished_at = CASE WHEN j.attempts >= %(max_attempts)s THEN now() END,
-    last_error = coalesce(j.last_error || '; ', '') || format('lease expired (held by %%s, attempt %%s)', j.locked_by, j.attempts),
-    locked_by = NULL, claim_token = NULL, locked_until = NULL,
-    updated_at = now()
+SET {_RELEASE.format(t="j.")},
+    last_error = coalesce(j.last_error || '; ', '') || format('lease expired (held by %%s, attempt %%s)', j.locked_by, j.attempts)
 FROM expired
 WHERE j.id = expired.id
 RETURNING j.id, j.status, extract(epoch FROM j.run_at - now())::float8 AS backoff_seconds
@@ -149,56 +161,39 @@ RETURNING j.id, j.status, extract(epoch FROM j.run_at - now())::float8 AS backof
 
 PRUNE_LEASE_EXPIRATIONS = "DELETE FROM lease_expirations WHERE reaped_at < now() - interval '7 days'"
 
-ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions(%(months_ahead)s)"
+# How many months ahead is the function's own default (schema/004_history_months_ahead.sql).
+ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions()"
 
-RETRY_FAILED = """
+RETRY_FAILED = f"""
 UPDATE jobs
-SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
-WHERE status = 'failed'
+SET status = {PENDING}, attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
+WHERE status = {FAILED}
 RETURNING id
 """
 
-STATUS_COUNTS = """
-SELECT status, count(*) FROM jobs GROUP BY status
-UNION ALL
-SELECT 'done', count(*) FROM jobs_history WHERE status = 'done'
-"""
-
-# Planned blocks, blocks indexed (archived jobs whole, live jobs up to their cursor), blocks of
-# jobs finished within the window, and leases that expired in the last hour.
-STATUS_PROGRESS = """
+# Jobs by status (done: archived), running jobs whose lease has expired, and how long the oldest
+# claimable job has waited. What `indexer status` and the metrics show of the queue.
+COUNTS = f"""
 SELECT
-    coalesce(sum(last_block - first_block + 1), 0),
-    coalesce(sum(CASE WHEN finished_at IS NOT NULL THEN last_block - first_block + 1
-                      ELSE coalesce(cursor, first_block) - first_block END), 0),
-    coalesce(sum(last_block - first_block + 1)
-             FILTER (WHERE finished_at > now() - make_interval(secs => %(window)s)), 0),
-    (SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - interval '1 hour')
-FROM block_ranges
+    count(*) FILTER (WHERE status = {PENDING}),
+    count(*) FILTER (WHERE status = {RUNNING}),
+    (SELECT count(*) FROM jobs_history WHERE status = {DONE}),
+    count(*) FILTER (WHERE status = {FAILED}),
+    count(*) FILTER (WHERE status = {RUNNING} AND locked_until < now()),
+    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = {PENDING} AND run_at <= now()))::float8
+FROM jobs
 """
 
-# The speed window: the last `window` seconds, or less when the work began more recently (the
-# oldest live job, or the oldest job finished within the window, was planned then).
-SPEED_WINDOW = """
-SELECT least(%(window)s::float8, greatest(1.0, extract(epoch FROM now() - least(
-    (SELECT min(created_at) FROM jobs),
-    (SELECT min(created_at) FROM jobs_history WHERE finished_at > now() - make_interval(secs => %(window)s))
-)))::float8)
+EXPIRED_LEASES = "SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - make_interval(secs => %(window)s)"
+
+FAILED_JOBS = f"""
+SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {FAILED} ORDER BY id LIMIT %(limit)s
 """
 
-FAILED_JOBS = """
-SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = 'failed' ORDER BY id LIMIT %(limit)s
-"""
-
-HAS_UNFINISHED_JOBS = "SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'running'))"
+HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({PENDING}, {RUNNING}))"
 
 # Seconds until the earliest pending job may be claimed (negative: one is due now).
-NEXT_DUE = "SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = 'pending'"
-
-OLDEST_PENDING_AGE = """
-SELECT extract(epoch FROM now() - min(run_at))::float8
-FROM jobs WHERE status = 'pending' AND run_at <= now()
-"""
+NEXT_DUE = f"SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = {PENDING}"
 
 
 @dataclass(frozen=True)
@@ -217,8 +212,31 @@ class Claim:
 @dataclass(frozen=True)
 class Reaped:
     id: int
-    status: str  # 'pending' (to be retried) or 'failed' (out of attempts)
+    status: JobStatus  # PENDING (to be retried) or FAILED (out of attempts)
     backoff_seconds: float
+
+
+@dataclass(frozen=True)
+class Counts:
+    pending: int
+    running: int
+    done: int
+    failed: int
+    running_past_lease: int  # expired leases the reaper has yet to take back
+    oldest_pending_age_seconds: float | None  # of the jobs claimable now; None when none is
+
+    def by_status(self) -> dict[JobStatus, int]:
+        return {JobStatus.PENDING: self.pending, JobStatus.RUNNING: self.running, JobStatus.DONE: self.done,
+                JobStatus.FAILED: self.failed}
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    id: int
+    kind: str
+    payload: Any
+    attempts: int
+    last_error: str | None
 
 
 def enqueue(
@@ -285,14 +303,10 @@ def _finish_params(jobs: Sequence[Claim]) -> dict[str, Any]:
 
 
 def give_back(
-    conn: psycopg.Connection,
-    job: Claim,
-    error: str,
-    *,
-    max_attempts: int,
-    backoff_base: float = BACKOFF_BASE_SECONDS,
-) -> str | None:
-    """Returns a failed job to the queue with backoff, or marks it failed after its last attempt.
+    conn: psycopg.Connection, job: Claim, error: str, *, max_attempts: int, backoff_base: float
+) -> JobStatus | None:
+    """Returns a failed job to the queue with backoff, or marks it failed after its last attempt
+    (`max_attempts=0`: failed at once, for a job that cannot succeed).
 
     Returns the new status, or None when the claim was already lost.
     """
@@ -301,7 +315,7 @@ def give_back(
         "backoff_base": backoff_base,
     }
     row = conn.execute(GIVE_BACK, params).fetchone()
-    return row[0] if row else None
+    return JobStatus(row[0]) if row else None
 
 
 def defer(conn: psycopg.Connection, job: Claim, *, delay_seconds: float = 0.0) -> bool:
@@ -314,9 +328,7 @@ def prune_lease_expirations(conn: psycopg.Connection) -> None:
     conn.execute(PRUNE_LEASE_EXPIRATIONS)
 
 
-def reap(
-    conn: psycopg.Connection, *, max_attempts: int, batch: int = 500, backoff_base: float = BACKOFF_BASE_SECONDS
-) -> list[Reaped]:
+def reap(conn: psycopg.Connection, *, max_attempts: int, backoff_base: float, batch: int = 500) -> list[Reaped]:
     """Takes back every expired lease, `batch` rows per statement (each its own transaction).
 
     SKIP LOCKED lets any number of reapers run at once: each row is taken back by exactly one.
@@ -325,7 +337,7 @@ def reap(
     while True:
         params = {"batch": batch, "max_attempts": max_attempts, "backoff_base": backoff_base}
         rows = conn.execute(REAP, params).fetchall()
-        reaped.extend(Reaped(*row) for row in rows)
+        reaped.extend(Reaped(job_id, JobStatus(status), backoff) for job_id, status, backoff in rows)
         if len(rows) < batch:
             break
     if reaped:  # idle workers wake and see when the retried jobs fall due
@@ -333,8 +345,10 @@ def reap(
     return reaped
 
 
-def ensure_history_partitions(conn: psycopg.Connection, months_ahead: int = 2) -> int:
-    return conn.execute(ENSURE_HISTORY_PARTITIONS, {"months_ahead": months_ahead}).fetchone()[0]
+def ensure_history_partitions(conn: psycopg.Connection) -> int:
+    """Makes the months of `jobs_history` that completions will archive into; returns how many
+    were made."""
+    return conn.execute(ENSURE_HISTORY_PARTITIONS).fetchone()[0]
 
 
 def retry_failed(conn: psycopg.Connection) -> int:
@@ -354,44 +368,14 @@ def next_due_seconds(conn: psycopg.Connection) -> float | None:
     return conn.execute(NEXT_DUE).fetchone()[0]
 
 
-@dataclass(frozen=True)
-class FailedJob:
-    id: int
-    kind: str
-    payload: Any
-    attempts: int
-    last_error: str | None
+def counts(conn: psycopg.Connection) -> Counts:
+    return Counts(*conn.execute(COUNTS).fetchone())
 
 
-@dataclass(frozen=True)
-class QueueStatus:
-    counts: dict[str, int]
-    oldest_pending_age_seconds: float | None
-    planned_blocks: int
-    indexed_blocks: int
-    blocks_per_second: float  # of the jobs finished within the speed window
-    speed_window_seconds: float
-    expired_leases_last_hour: int
-    failed: list[FailedJob]
-
-    @property
-    def percent_done(self) -> float | None:
-        return 100.0 * self.indexed_blocks / self.planned_blocks if self.planned_blocks else None
-
-    @property
-    def eta_seconds(self) -> float | None:
-        remaining = self.planned_blocks - self.indexed_blocks
-        if remaining == 0:
-            return 0.0
-        return remaining / self.blocks_per_second if self.blocks_per_second else None
+def expired_leases(conn: psycopg.Connection, *, window_seconds: float = 3600.0) -> int:
+    """Leases the reaper took back within the window."""
+    return conn.execute(EXPIRED_LEASES, {"window": window_seconds}).fetchone()[0]
 
 
-def status(conn: psycopg.Connection, *, window_seconds: float = 300.0, failed_limit: int = 20) -> QueueStatus:
-    counts = dict.fromkeys(("pending", "running", "done", "failed"), 0)
-    for name, n in conn.execute(STATUS_COUNTS):
-        counts[name] += n
-    age = conn.execute(OLDEST_PENDING_AGE).fetchone()[0]
-    planned, indexed, recent, expired = conn.execute(STATUS_PROGRESS, {"window": window_seconds}).fetchone()
-    window = conn.execute(SPEED_WINDOW, {"window": window_seconds}).fetchone()[0]
-    failed = [FailedJob(*row) for row in conn.execute(FAILED_JOBS, {"limit": failed_limit})]
-    return QueueStatus(counts, age, int(planned), int(indexed), float(recent) / window, window, expired, failed)
+def failed_jobs(conn: psycopg.Connection, *, limit: int = 20) -> list[FailedJob]:
+    return [FailedJob(*row) for row in conn.execute(FAILED_JOBS, {"limit": limit})]

@@ -15,6 +15,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .urls import parse_urls
 
+# The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
+# tail of a backfill wait on a single worker.
+MAX_CHUNK = 1_000_000
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INDEXER_", env_file=".env", extra="ignore")
@@ -28,7 +32,7 @@ class Settings(BaseSettings):
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    chunk: int = Field(10_000, gt=0, description="blocks per job made by `indexer plan`")
+    chunk: int = Field(10_000, gt=0, le=MAX_CHUNK, description="blocks per job made by `indexer plan`")
     lease_seconds: float = Field(60.0, gt=0, description="how long a claim holds a job without a heartbeat")
     max_attempts: int = Field(5, gt=0, description="claims a job gets before it is marked failed")
     backoff_base_seconds: float = Field(

@@ -47,7 +47,7 @@ def test_done_failed_and_running_jobs_count_as_covered(conn):
     planner.plan(conn, 0, 100, 10)
     first, second, third = queue.claim(conn, "w", lease_seconds=60, limit=3)
     assert queue.complete(conn, first)  # archived in jobs_history
-    assert queue.give_back(conn, second, "boom", max_attempts=1) == "failed"
+    assert queue.give_back(conn, second, "boom", max_attempts=1, backoff_base=30) == "failed"
     # third stays running
     result = planner.plan(conn, 0, 200, 10)
     assert (result.jobs_added, result.blocks_added, result.blocks_already_planned) == (10, 100, 100)
