@@ -1,31 +1,24 @@
-"""`indexer` command line: parsing only; each command calls one function of the library."""
+"""`indexer` command line: parsing only; each command calls one function of the library and
+prints its result in a line."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import signal
 import sys
 import threading
-import time
 from typing import Callable, NoReturn, Sequence
 
 import psycopg
 import pydantic
 
-from . import db, planner, queue, retention, settings, verify
-
-# pool, reaper and metrics are imported inside the commands that use them: prometheus_client
-# chooses its storage when first imported, and `indexer work` must first point it at the
-# directory its worker processes share (multiprocess mode).
+from . import db, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .errors import IndexerError, first_line, redact
+from .settings import MAX_CHUNK
 
-log = logging.getLogger("indexer")
-
-MAX_CHUNK = 1_000_000
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a command killed by SIGINT
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
@@ -159,12 +152,7 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from . import metrics_dir
-
-    with metrics_dir.shared():
-        from . import pool
-
-        return pool.Pool(cfg, drain=args.drain).run()
+    return pool.run(cfg, drain=args.drain)
 
 
 def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -174,28 +162,16 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
         raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
     with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable
         pass
-    collector = metrics.DatabaseCollector(cfg.database_url, cfg.db_metrics_seconds).start()
-    metrics.listen(cfg.metrics_port, database=collector, multiprocess=False).start()
-    while True:
-        time.sleep(3600)
+    stop = threading.Event()
+    signals.on_stop(stop.set)
+    metrics.serve_database_gauges(cfg.database_url, port=cfg.metrics_port, interval=cfg.db_metrics_seconds, stop=stop)
+    return 0
 
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
-        report = verify.check(conn, args.start, args.end)
-        problems = (("missing blocks", report.missing), ("broken parent links below blocks", report.broken_links),
-                    ("blocks with wrong transaction or log counts", report.wrong_counts))
-        for what, numbers in problems:
-            if numbers:
-                shown = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in verify.ranges(numbers)[:20])
-                print(f"{len(numbers):,} {what}: {shown}")
-        if report.ok:
-            print(f"blocks {args.start:,}..{args.end - 1:,}: all present, linked and complete")
-            return 0
-        if args.repair:
-            jobs = verify.repair(conn, report, cfg.chunk)
-            print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")
-    return 1
+        ok = verify.run(conn, args.start, args.end, repair_with_chunk=cfg.chunk if args.repair else None)
+    return 0 if ok else 1
 
 
 def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -206,20 +182,8 @@ def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from . import reaper
-
-    # A stop request ends the loop between passes, never inside one.
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: stop.set())
-    with db.connect(cfg.database_url) as conn:
-        while True:
-            reaped = reaper.reap_once(conn, cfg)
-            failed = sum(r.status == "failed" for r in reaped)
-            if reaped or args.every is None:
-                print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
-            if args.every is None or stop.wait(args.every):
-                return 0
+    reaper.run(cfg, every=args.every)
+    return 0
 
 
 def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
@@ -230,62 +194,11 @@ def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    signals.on_stop(stop.set)
     with db.connect(cfg.database_url) as conn:
-        while True:
-            st = queue.status(conn)
-            if args.json:
-                print(json.dumps(status_json(st)), flush=True)
-            else:
-                # On a terminal --watch redraws in place; in a pipe it appends.
-                prefix = "\033[H\033[J" if args.watch and sys.stdout.isatty() else ""
-                print(prefix + render_status(st), flush=True)
-            if not args.watch:
-                return 0
-            time.sleep(args.watch)
-
-
-def status_json(st: queue.QueueStatus) -> dict:
-    return {
-        "jobs": st.counts,
-        "planned_blocks": st.planned_blocks,
-        "indexed_blocks": st.indexed_blocks,
-        "percent_done": st.percent_done,
-        "blocks_per_second": st.blocks_per_second,
-        "speed_window_seconds": st.speed_window_seconds,
-        "eta_seconds": st.eta_seconds,
-        "oldest_pending_age_seconds": st.oldest_pending_age_seconds,
-        "expired_leases_last_hour": st.expired_leases_last_hour,
-        "failed_jobs": [
-            {"id": f.id, "kind": f.kind, "payload": f.payload, "attempts": f.attempts, "last_error": f.last_error}
-            for f in st.failed
-        ],
-    }
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
-
-
-def render_status(st: queue.QueueStatus) -> str:
-    lines = [f"{name:<8} {n:>10,}" for name, n in st.counts.items()]
-    pct = st.percent_done
-    lines.append(f"blocks   {st.indexed_blocks:>10,} of {st.planned_blocks:,} indexed"
-                 + (f" ({pct:.1f}%)" if pct is not None else ""))
-    lines.append(f"speed    {st.blocks_per_second:>10,.1f} blocks/s over the last {_duration(st.speed_window_seconds)}; "
-                 f"ETA {_duration(st.eta_seconds)}")
-    age = st.oldest_pending_age_seconds
-    lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
-    lines.append(f"expired leases in the last hour: {st.expired_leases_last_hour}")
-    for f in st.failed:
-        lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
-    return "\n".join(lines)
+        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop)
+    return 0
 
 
 COMMANDS = {
@@ -304,7 +217,7 @@ COMMANDS = {
 SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
-def _stop_on_sigterm(signum: int, frame: object) -> None:
+def _interrupt() -> None:
     raise KeyboardInterrupt
 
 
@@ -312,17 +225,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("plan", "verify") and args.start >= args.end:
-        parser.error(f"--from ({args.start}) must be below --to ({args.end}); --to is exclusive")
+        return _usage_error(args.command, f"--from ({args.start}) must be below --to ({args.end}); --to is exclusive (see --help)")
     try:
         cfg = settings.load(**{k: getattr(args, k, None) for k in SETTING_FLAGS})
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
         message = err["msg"].removeprefix("Value error, ")
-        print(f"indexer {args.command}: error: {where}: {redact(message)}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(args.command, f"{where}: {message}")
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # A command that can stop cleanly (work, status, reap, monitor) installs its own handler.
+    signals.on_stop(_interrupt)
     try:
         return COMMANDS[args.command](cfg, args)
     except IndexerError as exc:
@@ -338,7 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"indexer {args.command}: error: database error: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
-        return 0
+        print(f"indexer {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _usage_error(command: str, message: str) -> int:
+    print(f"indexer {command}: error: {redact(message)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ once, since the statements it uses skip rows another reaper has locked.
 from __future__ import annotations
 
 import logging
+import threading
 
 import psycopg
 
-from . import metrics, queue
+from . import db, metrics, queue, signals
 from .settings import Settings
+from .states import JobStatus, ReapOutcome
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,23 @@ def reap_once(conn: psycopg.Connection, cfg: Settings) -> list[queue.Reaped]:
     queue.prune_lease_expirations(conn)
     reaped = queue.reap(conn, max_attempts=cfg.max_attempts, batch=cfg.reap_batch, backoff_base=cfg.backoff_base_seconds)
     for r in reaped:
-        metrics.REAPED.labels("failed" if r.status == "failed" else "retry").inc()
-        outcome = "out of attempts: failed" if r.status == "failed" else f"retry in {r.backoff_seconds:.0f} s"
+        failed = r.status == JobStatus.FAILED
+        metrics.counted.reaped.labels(ReapOutcome.FAILED if failed else ReapOutcome.RETRY).inc()
+        outcome = "out of attempts: failed" if failed else f"retry in {r.backoff_seconds:.0f} s"
         log.warning("reaped job %d: lease expired; %s", r.id, outcome)
     return reaped
+
+
+def run(cfg: Settings, *, every: float | None) -> None:
+    """`indexer reap`: one pass, or one every `every` seconds until SIGTERM/SIGINT, which ends
+    the loop between passes, never inside one."""
+    stop = threading.Event()
+    signals.on_stop(stop.set)
+    with db.connect(cfg.database_url) as conn:
+        while True:
+            reaped = reap_once(conn, cfg)
+            if reaped or every is None:
+                failed = sum(r.status == JobStatus.FAILED for r in reaped)
+                print(f"reaped {len(reaped)} expired lease(s); {failed} job(s) out of attempts marked failed", flush=True)
+            if every is None or stop.wait(every):
+                return

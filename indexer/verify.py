@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import psycopg
 
 from . import queue
-from .planner import JOB_KIND, PLAN_LOCK
+from .block_range import JOB_KIND, cut
+from .planner import PLAN_LOCK
 
 # Each returns the block numbers at fault, in order.
 MISSING_BLOCKS = """
@@ -83,14 +84,41 @@ def check(conn: psycopg.Connection, start: int, end: int) -> Report:
 
 
 def repair(conn: psycopg.Connection, report: Report, chunk: int) -> int:
-    """Deletes the suspect blocks' rows and plans jobs for them, in one transaction. Returns the
-    number of jobs planned."""
+    """Deletes the suspect blocks' rows and plans jobs for them, cut as the planner cuts, in one
+    transaction. Returns the number of jobs planned."""
     suspects = report.suspect_blocks()
-    payloads = [{"from": lo, "to": min(lo + chunk - 1, hi)}
-                for first, hi in ranges(suspects) for lo in range(first, hi + 1, chunk)]
+    jobs = [r for first, last in ranges(suspects) for r in cut(first, last + 1, chunk)]
     with conn.transaction():
         conn.execute(PLAN_LOCK)
         for statement in (DELETE_LOGS, DELETE_TRANSACTIONS, DELETE_BLOCKS):
             conn.execute(statement, {"numbers": suspects})
-        queue.enqueue(conn, JOB_KIND, payloads)
-    return len(payloads)
+        queue.enqueue(conn, JOB_KIND, [r.payload() for r in jobs])
+    return len(jobs)
+
+
+PROBLEMS = (("missing", "missing blocks"), ("broken_links", "broken parent links below blocks"),
+            ("wrong_counts", "blocks with wrong transaction or log counts"))
+
+
+def describe(report: Report, start: int, end: int, *, shown: int = 20) -> list[str]:
+    """What `indexer verify` prints: each kind of problem with its first `shown` runs."""
+    if report.ok:
+        return [f"blocks {start:,}..{end - 1:,}: all present, linked and complete"]
+    lines = []
+    for attribute, what in PROBLEMS:
+        numbers = getattr(report, attribute)
+        if numbers:
+            runs = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in ranges(numbers)[:shown])
+            lines.append(f"{len(numbers):,} {what}: {runs}")
+    return lines
+
+
+def run(conn: psycopg.Connection, start: int, end: int, *, repair_with_chunk: int | None) -> bool:
+    """`indexer verify`: checks, prints what it found, and repairs when asked. True: all is well."""
+    report = check(conn, start, end)
+    for line in describe(report, start, end):
+        print(line)
+    if not report.ok and repair_with_chunk is not None:
+        jobs = repair(conn, report, repair_with_chunk)
+        print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")
+    return report.ok

@@ -32,12 +32,15 @@ def test_bad_plan_arguments_are_usage_errors(db_url, conn, args, message):
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("indexer plan: error: "), result.stderr
     assert message in result.stderr
     assert job_count(conn) == 0
 
 
-def test_a_bad_chunk_in_the_environment_is_a_usage_error(db_url, conn):
-    result = run_indexer("plan", "--from", "0", "--to", "100", db_url=db_url, env={"INDEXER_CHUNK": "zero"})
+@pytest.mark.parametrize("chunk", ["zero", "0", "2000000"])
+def test_a_bad_chunk_in_the_environment_is_a_usage_error(db_url, conn, chunk):
+    # The same bounds as --chunk: one setting, one range.
+    result = run_indexer("plan", "--from", "0", "--to", "100", db_url=db_url, env={"INDEXER_CHUNK": chunk})
     assert result.returncode == 2
     assert result.stderr.splitlines() == [result.stderr.strip()]
     assert "INDEXER_CHUNK" in result.stderr
@@ -93,4 +96,4 @@ def test_flags_override_the_environment_and_dotenv(db_url, conn, tmp_path):
 def test_verify_checks_its_range_like_plan(db_url):
     result = run_indexer("verify", "--from", "9", "--to", "3", db_url=db_url)
     assert result.returncode == 2
-    assert result.stderr.strip() == "indexer: error: --from (9) must be below --to (3); --to is exclusive (see --help)"
+    assert result.stderr.strip() == "indexer verify: error: --from (9) must be below --to (3); --to is exclusive (see --help)"
