@@ -1,104 +1,141 @@
 """Prometheus metrics: what each process counts, and the queue/database health collector.
 
-`indexer work` runs prometheus_client in multiprocess mode: the pool sets
-PROMETHEUS_MULTIPROC_DIR before this module is first imported (prometheus_client picks its
-storage at import), every worker writes its counters there, and the pool serves one /metrics
-for all of them. The database-wide gauges are computed by one process only (the pool, or
-`indexer monitor`), on an interval, by `DatabaseCollector`; a scrape never queries the database.
+Each process counts into `counted` (`metrics.counted.blocks.inc(n)`). By default the values live
+in the process's memory. `indexer work` runs many processes, so before it starts any it calls
+`share_between_processes(directory)`: from then on this process, and every worker forked from
+it, counts into files there (prometheus_client's multiprocess mode), and the pool serves one
+/metrics for all of them. A worker started afresh (the fork server's) makes the same call.
+
+The database-wide gauges are computed by one process only (the pool, or `indexer monitor`), on
+an interval, by `DatabaseCollector`; a scrape never queries the database.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import socket
+import tempfile
 import threading
+from contextlib import contextmanager
 from socketserver import ThreadingMixIn
-from typing import Iterable
+from typing import Iterable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app, values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import metrics_dir
+from . import progress, queue
 from .errors import IndexerError, first_line, redact
+from .states import Outcome, ReapOutcome
 
 log = logging.getLogger(__name__)
+
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
-# -- counted by the workers -----------------------------------------------------------------------
-
-CLAIM_SECONDS = Histogram(
-    "indexer_claim_duration_seconds",
-    "Time of one claim statement (after a job, the one statement that completes it and claims the next)",
-    buckets=_FAST,
-)
-JOB_SECONDS = Histogram("indexer_job_duration_seconds", "Claim to completion of a job, for completed jobs", buckets=_SLOW)
-JOB_OUTCOMES = Counter(
-    "indexer_job_outcomes", "How claims ended: done, deferred (past the safe head), given_back (error, retried),"
-    " failed (error, out of attempts), lost_claim, shutdown", ["outcome"],
-)
-BLOCKS = Counter("indexer_blocks_indexed", "Blocks written")
-TRANSACTIONS = Counter("indexer_transactions_indexed", "Transactions (with their receipts) written")
-LOGS = Counter("indexer_logs_indexed", "Logs written")
-FETCH_SECONDS = Histogram("indexer_batch_fetch_seconds", "Fetching and decoding one batch (in a fetch thread)", buckets=_FAST)
-WRITE_SECONDS = Histogram("indexer_batch_write_seconds", "Writing one batch and its heartbeat (one transaction)", buckets=_FAST)
-WAIT_SECONDS = Counter("indexer_worker_fetch_wait_seconds", "Time the writer waited for a batch still being fetched")
-SAFE_HEAD = Gauge("indexer_safe_head_block", "Highest block the workers may index", multiprocess_mode="max")
-
-RPC_SECONDS = Histogram(
-    "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)", ["endpoint", "method"],
-    buckets=_FAST,
-)
-RPC_ERRORS = Counter("indexer_rpc_errors", "Failed HTTP requests to a node, by kind", ["endpoint", "kind"])
-RPC_RETRIES = Counter("indexer_rpc_retries", "JSON-RPC batches sent again after a failure", ["endpoint"])
-RPC_RATE_LIMIT_WAIT = Counter("indexer_rpc_rate_limit_wait_seconds", "Time spent waiting for the rate limit", ["endpoint"])
-RPC_SPLITS = Counter("indexer_rpc_batch_splits", "Batches split in two because the node called them too large", ["endpoint"])
-
-# -- counted by the reaper ------------------------------------------------------------------------
-
-REAPED = Counter("indexer_expired_leases", "Expired leases taken back by the reaper, by what became of the job", ["outcome"])
-
-# Labelled series exist from the start at 0, so that increase() and rate() see the first event.
-for _outcome in ("done", "deferred", "given_back", "failed", "lost_claim", "shutdown"):
-    JOB_OUTCOMES.labels(_outcome)
-for _outcome in ("retry", "failed"):
-    REAPED.labels(_outcome)
 RPC_ERROR_KINDS = ("timeout", "connection", "http", "http_429", "http_4xx", "http_5xx", "invalid_json", "incomplete",
                    "rpc_error")
 
 
-def init_endpoint(label: str) -> None:
-    for kind in RPC_ERROR_KINDS:
-        RPC_ERRORS.labels(label, kind)
-    for counter in (RPC_RETRIES, RPC_RATE_LIMIT_WAIT, RPC_SPLITS):
-        counter.labels(label)
+class Counted:
+    """The metrics one process counts. None is registered in a registry of its own: /metrics
+    reads them from the shared files (`indexer work`), and a single process serves only the
+    database gauges (`indexer monitor`)."""
+
+    def __init__(self) -> None:
+        # -- by the workers
+        self.claim_seconds = Histogram(
+            "indexer_claim_duration_seconds",
+            "Time of one claim statement (after a job, the one statement that completes it and claims the next)",
+            buckets=_FAST, registry=None,
+        )
+        self.job_seconds = Histogram("indexer_job_duration_seconds", "Claim to completion of a job, for completed jobs",
+                                     buckets=_SLOW, registry=None)
+        self.job_outcomes = Counter(
+            "indexer_job_outcomes", "How claims ended: done, deferred (past the safe head), given_back (error, retried),"
+            " failed (error, out of attempts), lost_claim, shutdown", ["outcome"], registry=None,
+        )
+        self.blocks = Counter("indexer_blocks_indexed", "Blocks written", registry=None)
+        self.transactions = Counter("indexer_transactions_indexed", "Transactions (with their receipts) written",
+                                    registry=None)
+        self.logs = Counter("indexer_logs_indexed", "Logs written", registry=None)
+        self.fetch_seconds = Histogram("indexer_batch_fetch_seconds", "Fetching and decoding one batch (in a fetch thread)",
+                                       buckets=_FAST, registry=None)
+        self.write_seconds = Histogram("indexer_batch_write_seconds",
+                                       "Writing one batch and its heartbeat (one transaction)", buckets=_FAST, registry=None)
+        self.wait_seconds = Counter("indexer_worker_fetch_wait_seconds",
+                                    "Time the writer waited for a batch still being fetched", registry=None)
+        self.safe_head = Gauge("indexer_safe_head_block", "Highest block the workers may index",
+                               multiprocess_mode="max", registry=None)
+        # -- by the RPC client
+        self.rpc_seconds = Histogram(
+            "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)",
+            ["endpoint", "method"], buckets=_FAST, registry=None,
+        )
+        self.rpc_errors = Counter("indexer_rpc_errors", "Failed HTTP requests to a node, by kind", ["endpoint", "kind"],
+                                  registry=None)
+        self.rpc_retries = Counter("indexer_rpc_retries", "JSON-RPC batches sent again after a failure", ["endpoint"],
+                                   registry=None)
+        self.rpc_rate_limit_wait = Counter("indexer_rpc_rate_limit_wait_seconds", "Time spent waiting for the rate limit",
+                                           ["endpoint"], registry=None)
+        self.rpc_splits = Counter("indexer_rpc_batch_splits", "Batches split in two because the node called them too large",
+                                  ["endpoint"], registry=None)
+        # -- by the reaper
+        self.reaped = Counter("indexer_expired_leases", "Expired leases taken back by the reaper, by what became of the job",
+                              ["outcome"], registry=None)
+
+        # Labelled series exist from the start at 0, so that increase() and rate() see the first event.
+        for outcome in Outcome:
+            self.job_outcomes.labels(outcome)
+        for reaped in ReapOutcome:
+            self.reaped.labels(reaped)
+
+    def endpoint(self, label: str) -> None:
+        """Makes the series of one RPC endpoint exist at 0."""
+        for kind in RPC_ERROR_KINDS:
+            self.rpc_errors.labels(label, kind)
+        for counter in (self.rpc_retries, self.rpc_rate_limit_wait, self.rpc_splits):
+            counter.labels(label)
+
+
+counted = Counted()
+
+
+def share_between_processes(directory: str) -> None:
+    """Counts, from now on in this process and the processes forked from it, into files in
+    `directory`, which the pool's /metrics reads for all of them."""
+    global counted
+    os.environ[MULTIPROC_DIR_ENV] = directory  # read by MultiProcessCollector and by each value
+    values.ValueClass = values.MultiProcessValue()
+    counted = Counted()
+
+
+@contextmanager
+def shared_directory() -> Iterator[str]:
+    """A fresh directory for one pool's metric files, shared from now on; removed after."""
+    path = tempfile.mkdtemp(prefix="indexer-metrics-")
+    share_between_processes(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def mark_process_dead(pid: int) -> None:
+    """Forgets a dead worker's gauges (its counters stay in the totals)."""
+    if MULTIPROC_DIR_ENV in os.environ:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
 
 
 # -- the database-wide view, computed by one process ----------------------------------------------
-
-QUEUE_HEALTH = """
-SELECT
-    count(*) FILTER (WHERE status = 'pending'),
-    count(*) FILTER (WHERE status = 'running'),
-    count(*) FILTER (WHERE status = 'failed'),
-    count(*) FILTER (WHERE status = 'running' AND locked_until < now()),
-    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))::float8
-FROM jobs
-"""
-
-BLOCK_PROGRESS = """
-SELECT
-    coalesce(sum(last_block - coalesce(cursor, first_block) + 1) FILTER (WHERE status IN ('pending', 'running')), 0),
-    min(coalesce(cursor, first_block)) FILTER (WHERE finished_at IS NULL),
-    coalesce(max(last_block) FILTER (WHERE finished_at IS NOT NULL), -1)
-FROM block_ranges
-"""
-
-DONE_JOBS = "SELECT count(*) FROM jobs_history WHERE status = 'done'"
 
 TABLE_HEALTH = """
 SELECT coalesce(p.relname, s.relname) AS table_name,
@@ -168,23 +205,22 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _measure(conn: psycopg.Connection) -> Iterable[Metric]:
-        pending, running, failed, expired, oldest = conn.execute(QUEUE_HEALTH).fetchone()
-        remaining, lowest, highest_done = conn.execute(BLOCK_PROGRESS).fetchone()
-        done = conn.execute(DONE_JOBS).fetchone()[0]
+        counts = queue.counts(conn)
         jobs = GaugeMetricFamily("indexer_jobs", "Jobs by status (done: archived in jobs_history)", labels=["status"])
-        for status, n in (("pending", pending), ("running", running), ("failed", failed), ("done", done)):
+        for status, n in counts.by_status().items():
             jobs.add_metric([status], n)
         yield jobs
         yield GaugeMetricFamily("indexer_oldest_pending_job_age_seconds",
-                                "How long the oldest claimable job has waited (0 when none waits)", value=oldest or 0)
+                                "How long the oldest claimable job has waited (0 when none waits)",
+                                value=counts.oldest_pending_age_seconds or 0)
         yield GaugeMetricFamily("indexer_running_jobs_past_lease",
                                 "Running jobs whose lease has expired and that the reaper has yet to take back",
-                                value=expired)
-        yield GaugeMetricFamily("indexer_blocks_remaining", "Blocks of pending and running jobs not yet indexed",
-                                value=remaining)
-        through = (lowest - 1) if lowest is not None else highest_done
+                                value=counts.running_past_lease)
+        done = progress.measure(conn)
+        yield GaugeMetricFamily("indexer_blocks_remaining", "Planned blocks not yet indexed (a failed job's included)",
+                                value=done.remaining_blocks)
         yield GaugeMetricFamily("indexer_indexed_through_block",
-                                "Every planned block up to this one is indexed", value=through)
+                                "Every planned block up to this one is indexed", value=done.indexed_through)
 
         live = GaugeMetricFamily("indexer_pg_table_live_tuples", "pg_stat_user_tables.n_live_tup", labels=["table"])
         dead = GaugeMetricFamily("indexer_pg_table_dead_tuples", "pg_stat_user_tables.n_dead_tup", labels=["table"])
@@ -221,13 +257,6 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily("indexer_pg_replicas", "Replicas streaming from this server", value=len(replicas))
 
 
-def mark_process_dead(pid: int) -> None:
-    if metrics_dir.ENV in os.environ:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)
-
-
 class MetricsServer(ThreadingMixIn, WSGIServer):
     """/metrics over HTTP, one thread per scrape; listening from creation, serving from `start`."""
 
@@ -235,7 +264,8 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="metrics", daemon=True).start()
-        log.info("metrics on http://0.0.0.0:%d/metrics", self.server_port)
+        log.info("serving /metrics on port %d of every interface (http://%s:%d/metrics)",
+                 self.server_port, socket.gethostname(), self.server_port)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -257,3 +287,14 @@ def listen(port: int, *, database: DatabaseCollector | None, multiprocess: bool)
         return make_server("0.0.0.0", port, make_wsgi_app(registry), MetricsServer, handler_class=_QuietHandler)
     except OSError as exc:
         raise IndexerError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+
+
+def serve_database_gauges(database_url: str, *, port: int, interval: float, stop: threading.Event) -> None:
+    """`indexer monitor`: the database-wide gauges alone, on `port`, until `stop` is set."""
+    collector = DatabaseCollector(database_url, interval)
+    server = listen(port, database=collector, multiprocess=False)
+    collector.start()
+    server.start()
+    stop.wait()
+    collector.stop()
+    server.shutdown()

@@ -1,8 +1,8 @@
 """JSON-RPC client for the hot path: batches, retries, rate limits, several endpoints.
 
-web3.py's `batch_requests()` reached 2,949 blocks/s on a local node where plain HTTP batches
-parsed with orjson reached 22,053 (DESIGN.md section 5), so the fetch path speaks JSON-RPC
-itself: one `requests` session per thread and endpoint, orjson both ways.
+When the project was designed, web3.py's `batch_requests()` reached 2,949 blocks/s on a local
+node where plain HTTP batches parsed with orjson reached 22,053, so the fetch path speaks
+JSON-RPC itself: one `requests` session per thread and endpoint, orjson both ways.
 
 Failure handling, per HTTP request:
 - connection errors, timeouts, HTTP 5xx, bodies that are not JSON (truncated, HTML), answers
@@ -112,7 +112,7 @@ class RpcClient:
             Endpoint(u, endpoint_label(u), RateLimiter(rate_limit) if rate_limit > 0 else None) for u in urls
         ]
         for endpoint in self.endpoints:
-            metrics.init_endpoint(endpoint.label)
+            metrics.counted.endpoint(endpoint.label)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.max_batch = max_batch
@@ -138,7 +138,7 @@ class RpcClient:
         try:
             return self._with_retries(calls)
         except BatchTooLarge as exc:
-            metrics.RPC_SPLITS.labels(exc.endpoint).inc()
+            metrics.counted.rpc_splits.labels(exc.endpoint).inc()
             if len(calls) == 1:
                 raise RpcError(f"the node rejects even a single {calls[0][0]} call as too large") from None
             half = len(calls) // 2
@@ -174,9 +174,9 @@ class RpcClient:
                     try:
                         return self._send(endpoint, calls)
                     except TransientRpcError as exc:
-                        metrics.RPC_ERRORS.labels(endpoint.label, exc.kind).inc()
+                        metrics.counted.rpc_errors.labels(endpoint.label, exc.kind).inc()
                         if attempt.retry_state.attempt_number < self.max_attempts:
-                            metrics.RPC_RETRIES.labels(endpoint.label).inc()
+                            metrics.counted.rpc_retries.labels(endpoint.label).inc()
                         raise
         except TransientRpcError as exc:
             raise RpcError(f"{len(calls)} call(s) failed after {self.max_attempts} attempts; last: {exc}") from None
@@ -191,7 +191,7 @@ class RpcClient:
         if endpoint.limiter:
             waited = endpoint.limiter.acquire(len(calls))
             if waited:
-                metrics.RPC_RATE_LIMIT_WAIT.labels(endpoint.label).inc(waited)
+                metrics.counted.rpc_rate_limit_wait.labels(endpoint.label).inc(waited)
         body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": m, "params": list(p)} for i, (m, p) in enumerate(calls)])
         where = endpoint.label
         methods = {m for m, _ in calls}
@@ -206,7 +206,7 @@ class RpcClient:
         except requests.RequestException as exc:  # its text may hold the full URL, key and all
             raise TransientRpcError(f"{where}: {type(exc).__name__}", "http") from None
         finally:
-            metrics.RPC_SECONDS.labels(where, method).observe(time.perf_counter() - started)
+            metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
         if resp.status_code == 429:
             raise TransientRpcError(f"{where}: HTTP 429 rate limited", "http_429", _retry_after(resp.headers.get("Retry-After")))
         if resp.status_code == 413:
