@@ -1,4 +1,4 @@
-"""Connections and schema migrations.
+"""Connections, the settings of the workers' sessions, and schema migrations.
 
 `migrate` applies `schema/NNN_name.sql` in name order, each file in its own transaction, and
 records it in `schema_migrations`. A session-level advisory lock serialises concurrent runs (for
@@ -42,6 +42,41 @@ def connect(url: str, *, autocommit: bool = True, application_name: str = "index
         raise DatabaseUnavailable(f"invalid database URL: {exc}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to the database: {first_line(exc)}") from None
+
+
+# Worker sessions never sit idle inside a transaction, and no statement of theirs runs long; the
+# server enforces both in case a bug or a stall (SIGSTOP, a paused VM) says otherwise. A stall
+# inside a transaction ends within one lease, so it cannot hide its job from the reaper longer.
+WORKER_STATEMENT_TIMEOUT_MS = 120_000
+
+
+def worker_session_options(lease_seconds: float) -> str:
+    """Settings of a worker's database sessions (libpq `options`).
+
+    Their commits are asynchronous (`synchronous_commit=off`): a commit returns before its WAL
+    reaches the disk, and a server crash may forget the last fraction of a second of them,
+    always a suffix in commit order. Nothing committed this way is work that can be lost: a
+    forgotten claim, heartbeat or completion leaves the job as it was before, to be reaped and
+    run again (the queue is at-least-once, the writes idempotent), and a batch of chain rows
+    commits together with the heartbeat that moves the job's resume cursor past it, so the
+    cursor never points beyond rows that survived. The worker never trusts its own memory of
+    the cursor over the database's. `indexer plan`, `retry` and the reaper commit durably.
+
+    Prepared statements (psycopg prepares a statement from its fifth run) always use their
+    generic plan: planning each run anew cost as much as running the claim. The queue's
+    statements are written so that their generic plans are the right ones (tests/test_queue.py
+    checks). BENCHMARKS.md measures what both settings are worth.
+    """
+    return (f"-c synchronous_commit=off -c plan_cache_mode=force_generic_plan"
+            f" -c idle_in_transaction_session_timeout={int(lease_seconds * 1000)}"
+            f" -c statement_timeout={WORKER_STATEMENT_TIMEOUT_MS}")
+
+
+def connect_worker(url: str, *, lease_seconds: float, application_name: str) -> psycopg.Connection:
+    """An autocommit connection with the workers' session settings. Errors are psycopg's own:
+    a worker reconnects on OperationalError rather than exiting."""
+    return psycopg.connect(url, autocommit=True, application_name=application_name,
+                           options=worker_session_options(lease_seconds), connect_timeout=10)
 
 
 def schema_dir() -> Path:

@@ -17,13 +17,12 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
-import signal
 import sys
 import time
 
 import psycopg
 
-from . import chain, db, metrics, reaper, store, worker
+from . import chain, db, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -33,7 +32,11 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_TTY = 1.0
 PROGRESS_EVERY_LOG = 60.0
 
-COUNT_FAILED = "SELECT count(*) FROM jobs WHERE status = 'failed'"
+
+def run(cfg: Settings, *, drain: bool) -> int:
+    """`indexer work`: the pool, its processes counting into one metrics directory."""
+    with metrics.shared_directory() as directory:
+        return Pool(cfg, drain=drain, metrics_directory=directory).run()
 
 
 def check_chain(cfg: Settings) -> int:
@@ -55,10 +58,27 @@ def check_chain(cfg: Settings) -> int:
     return chain_id
 
 
+class Counters:
+    """What the workers have done, for the progress line: shared memory, written by every worker."""
+
+    def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
+        self.blocks = ctx.Value("q", 0)
+        self.jobs = ctx.Value("q", 0)
+
+    def add(self, blocks: int = 0, jobs: int = 0) -> None:
+        if blocks:
+            with self.blocks.get_lock():
+                self.blocks.value += blocks
+        if jobs:
+            with self.jobs.get_lock():
+                self.jobs.value += jobs
+
+
 class Pool:
-    def __init__(self, cfg: Settings, *, drain: bool) -> None:
+    def __init__(self, cfg: Settings, *, drain: bool, metrics_directory: str | None = None) -> None:
         self.cfg = cfg
         self.drain = drain
+        self.metrics_directory = metrics_directory
         # The first workers are plain forks of this process, made before it starts any thread
         # or keeps any connection: they start with everything imported, at once. A replacement
         # (for a worker that died) cannot be forked from here any more, as it would inherit the
@@ -66,7 +86,7 @@ class Pool:
         # worker's modules once, started at the first replacement.
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["indexer.worker"])
-        self.counters = worker.Counters(self.ctx.Value("q", 0), self.ctx.Value("q", 0))
+        self.counters = Counters(self.ctx)
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
         self.finished: set[int] = set()
         self.stopping = False
@@ -82,20 +102,20 @@ class Pool:
         if self.metrics_server is not None:
             # A worker that outlived the pool must not keep the metrics port from the next one.
             self.metrics_server.socket.close()
-        worker.main(self.cfg, self.drain, self.counters)
+        worker.main(self.cfg, self.drain, self.counters, self.metrics_directory)
 
     def _start(self, slot: int) -> None:
         """A replacement worker, from the fork server."""
         p = self.ctx.Process(
             target=worker.main,
-            args=(self.cfg, self.drain, self.counters),
+            args=(self.cfg, self.drain, self.counters, self.metrics_directory),
             name=f"worker-{slot}",
             daemon=False,
         )
         p.start()
         self.procs[slot] = p
 
-    def _request_stop(self, signum: int, frame: object) -> None:
+    def _request_stop(self) -> None:
         self.stopping = True
 
     def run(self) -> int:
@@ -107,8 +127,7 @@ class Pool:
             self.metrics_server = metrics.listen(self.cfg.metrics_port, database=database, multiprocess=True)
         for slot in range(self.cfg.workers):
             self._fork(slot)
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
+        signals.on_stop(self._request_stop)
         log.info("started %d worker(s)", self.cfg.workers)
         # Threads from here on: no more plain forks.
         if self.metrics_server is not None:
@@ -139,7 +158,7 @@ class Pool:
                 conn.close()
         if self.drain and not self.stopping:
             with db.connect(self.cfg.database_url) as c:
-                failed = c.execute(COUNT_FAILED).fetchone()[0]
+                failed = queue.counts(c).failed
             if failed:
                 print(f"indexer work: {failed} job(s) failed; see `indexer status`", file=sys.stderr)
                 return 1
@@ -184,7 +203,7 @@ class Pool:
 class Progress:
     """A line that rewrites itself on a terminal; an occasional log line otherwise."""
 
-    def __init__(self, counters: worker.Counters) -> None:
+    def __init__(self, counters: Counters) -> None:
         self.counters = counters
         self.tty = sys.stderr.isatty()
         self.started = self.last = time.monotonic()

@@ -1,0 +1,144 @@
+"""Runs one `index_blocks` claim: its blocks, batch by batch, then its completion.
+
+1. The range runs from the job's resume cursor (batches an earlier claim committed are not
+   redone) to its last block, or to the safe head if the job reaches past it.
+2. Its batches are fetched ahead of the writer (`prefetch.py`); once the last of them is asked
+   for, the worker claims its next job and that job's first batches fill the room left.
+3. Each batch is one short transaction: `store.write`, then `queue.heartbeat` (extends the
+   lease, records the resume cursor, checks the token). A heartbeat that finds no row means the
+   reaper took the job back: the transaction, batch and all, is rolled back, and the claim ends
+   as lost.
+4. At the end the job is archived, again only if the token still holds: by `queue.complete`
+   when the next job was claimed ahead, else by `queue.complete_and_claim`, which claims the
+   next one in the same statement. A range reaching past the safe head is indexed as far as is
+   safe, then deferred with no attempt spent.
+Errors are raised to the worker, which gives the job back (`worker.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import tenacity
+
+from . import chain, metrics, queue, store
+from .block_range import BlockRange
+from .chain import ChainDataError, Rows
+from .claims import Ended, LostClaim, Stopping, Unrunnable
+from .prefetch import Batches
+from .queue import Claim
+from .rpc import RpcClient, RpcError
+from .states import Outcome
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger(__name__)
+
+LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back")
+
+# Answers that disagree with each other (a reorg under the fetch, a node behind a load balancer
+# answering from two heights) are asked again this many times before the job is given back.
+CHAIN_DATA_ATTEMPTS = 3
+
+
+class SafeHead:
+    """The highest block that may be indexed, asked of the node only when a job reaches past the
+    one known already: a job inside it starts without a round trip to a busy node."""
+
+    def __init__(self, client: RpcClient, *, confirmations: int, use_finalized: bool) -> None:
+        self.client = client
+        self.confirmations = confirmations
+        self.use_finalized = use_finalized
+        self.known: int | None = None  # it only grows
+
+    def at_least(self, wanted: int) -> int:
+        """The safe head; asks the node unless the one known is at `wanted` or above."""
+        if self.known is not None and self.known >= wanted:
+            return self.known
+        try:
+            safe = chain.safe_head(self.client, confirmations=self.confirmations, use_finalized=self.use_finalized)
+        except RpcError:
+            if not self.use_finalized:
+                raise
+            log.warning("the node cannot report a finalized block; using head - %d", self.confirmations)
+            self.use_finalized = False
+            safe = chain.safe_head(self.client, confirmations=self.confirmations, use_finalized=False)
+        metrics.counted.safe_head.set(safe)
+        self.known = safe
+        return safe
+
+
+def fetch(client: RpcClient, first: int, last: int) -> Rows:
+    """Blocks `first..last` as rows (in a fetch thread), asked again when the answers disagree."""
+    for attempt in tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(CHAIN_DATA_ATTEMPTS),
+        wait=tenacity.wait_random_exponential(multiplier=0.2, max=5),
+        retry=tenacity.retry_if_exception_type(ChainDataError),
+        reraise=True,
+    ):
+        with attempt, metrics.counted.fetch_seconds.time():
+            return chain.fetch(client, first, last)
+    raise AssertionError("unreachable")
+
+
+def _range(job: Claim) -> BlockRange:
+    blocks = BlockRange.of(job.kind, job.payload)
+    if blocks is None:
+        raise Unrunnable(f"malformed job: kind {job.kind!r}, payload {job.payload!r}")
+    return blocks
+
+
+def ask_ahead(worker: Worker, job: Claim) -> Batches:
+    """What to fetch of a job claimed ahead: its blocks from its cursor up to the safe head."""
+    blocks = BlockRange.of(job.kind, job.payload)
+    if blocks is None:  # running it fails it
+        return Batches(job, 0, -1)
+    first = max(blocks.first, job.cursor or blocks.first)
+    try:
+        last = min(blocks.last, worker.safe_head.at_least(blocks.last))
+    except RpcError:  # not this job's failure: nothing is asked ahead, and running it asks again
+        last = first - 1
+    return Batches(job, first, last)
+
+
+def run(worker: Worker, job: Claim) -> Ended:
+    blocks = _range(job)
+    cfg = worker.cfg
+    cursor = max(blocks.first, job.cursor or blocks.first)
+    safe = worker.safe_head.at_least(blocks.last)
+    batches = worker.prefetch.batches(job, cursor, min(blocks.last, safe))
+    for rows in worker.prefetch.rows(batches, worker.claim_ahead):
+        if worker.stop.is_set():
+            raise Stopping()
+        # The heartbeat goes last: it locks the job's row, and a worker stalled while holding
+        # that lock would hide the job from the reaper's SKIP LOCKED.
+        with metrics.counted.write_seconds.time(), worker.conn.transaction():
+            store.write(worker.conn, rows)
+            if not queue.heartbeat(worker.conn, job, lease_seconds=cfg.lease_seconds, cursor=rows.last + 1):
+                raise LostClaim()
+        cursor = rows.last + 1
+        written = rows.last - rows.first + 1
+        metrics.counted.blocks.inc(written)
+        metrics.counted.transactions.inc(len(rows.transactions))
+        metrics.counted.logs.inc(len(rows.logs))
+        if worker.counters:
+            worker.counters.add(blocks=written)
+
+    if cursor <= blocks.last:
+        if not queue.defer(worker.conn, job, delay_seconds=cfg.defer_seconds):
+            return LOST
+        return Ended(Outcome.DEFERRED, f"blocks {cursor}..{blocks.last} are past the safe head {worker.safe_head.known}")
+    done = Ended(Outcome.DONE, f"blocks {blocks.first}..{blocks.last}")
+    if worker.prefetch.ahead_job() is not None:
+        return done if queue.complete(worker.conn, job) else LOST
+    # Claim the next job in the statement that completes this one, unless stopping.
+    with metrics.counted.claim_seconds.time():
+        finished, claims = queue.complete_and_claim(
+            worker.conn, [job], worker.name, lease_seconds=cfg.lease_seconds,
+            limit=0 if worker.stop.is_set() else 1)
+    # A job claimed with it is ours even if this one's claim was lost: it runs next.
+    following = claims[0] if claims else None
+    return replace(done if job.id in finished else LOST, following=following)

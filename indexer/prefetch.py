@@ -1,0 +1,145 @@
+"""Fetching ahead of the writer: a job's batches, `in_flight` at a time, and, once the job has
+asked for all of its own, the first batches of the job claimed ahead, so that the node never
+waits on a job boundary.
+
+A batch holds at most `batch_size` blocks and, by the density seen so far, about
+`batch_transactions` transactions, so that dense blocks do not balloon memory.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Callable, Iterator
+
+from . import metrics
+from .chain import Rows
+from .claims import Stopping
+from .queue import Claim
+
+# Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`:
+# small enough to be safe on any chain, and the pipeline is full from the first request.
+PROBE_FRACTION = 10
+
+
+def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:
+    """Blocks in a batch: `batch_size`, or fewer where `density` transactions a block would put
+    more than about `batch_transactions` in it (`density` None: not known yet)."""
+    if density is None:
+        return max(1, batch_size // PROBE_FRACTION)
+    if density == 0:
+        return batch_size
+    return max(1, min(batch_size, int(batch_transactions / density)))
+
+
+class Batches:
+    """The blocks `first..last` of one job, and the batches of them asked of the node so far."""
+
+    def __init__(self, job: Claim, first: int, last: int) -> None:
+        self.job = job
+        self.next_first = first
+        self.last = last
+        self.futures: deque[Future[Rows]] = deque()
+
+    def ask(self, room: int, size: int, submit: Callable[[int, int], Future[Rows]]) -> int:
+        """Asks for up to `room` more batches of `size` blocks; returns how many."""
+        asked = 0
+        while asked < room and not self.all_asked():
+            batch_last = min(self.next_first + size - 1, self.last)
+            self.futures.append(submit(self.next_first, batch_last))
+            self.next_first = batch_last + 1
+            asked += 1
+        return asked
+
+    def all_asked(self) -> bool:
+        return self.next_first > self.last
+
+    def in_flight(self) -> int:
+        return len(self.futures)
+
+    def cancel(self) -> None:
+        for f in self.futures:
+            f.cancel()
+        self.futures.clear()
+
+
+class Prefetcher:
+    def __init__(self, fetch: Callable[[int, int], Rows], *, in_flight: int, batch_size: int,
+                 batch_transactions: int, stop: threading.Event) -> None:
+        self.fetch = fetch
+        self.in_flight = in_flight
+        self.batch_size = batch_size
+        self.batch_transactions = batch_transactions
+        self.stop = stop
+        self.executor = ThreadPoolExecutor(in_flight, thread_name_prefix="fetch")
+        self.ahead: Batches | None = None  # of the job claimed ahead
+        self.density: float | None = None  # transactions per block, as seen so far
+
+    def batches(self, job: Claim, first: int, last: int) -> Batches:
+        """The batches of `job` up to `last`: those already asked for if it was claimed ahead
+        (its end moved up to `last`: the safe head may have grown since), else new ones."""
+        if self.ahead is not None and self.ahead.job == job:
+            batches, self.ahead = self.ahead, None
+            batches.last = max(batches.last, last)
+            return batches
+        return Batches(job, first, last)
+
+    def rows(self, batches: Batches, claim_ahead: Callable[[], Batches | None]) -> Iterator[Rows]:
+        """The job's batches in order, fetched ahead of the caller. Once they are all asked for,
+        `claim_ahead` is called (once) for the next job's batches, which share the room left."""
+        try:
+            while True:
+                room = self.in_flight - batches.in_flight()
+                room -= batches.ask(room, self._size(), self._submit)
+                if batches.all_asked() and room > 0:
+                    if self.ahead is None and not self.stop.is_set():
+                        self.ahead = claim_ahead()
+                    if self.ahead is not None:
+                        self.ahead.ask(room - self.ahead.in_flight(), self._size(), self._submit)
+                if not batches.futures:
+                    return
+                rows = self._result(batches.futures.popleft())
+                density = len(rows.transactions) / (rows.last - rows.first + 1)
+                self.density = density if self.density is None else (self.density + density) / 2
+                yield rows
+        finally:
+            batches.cancel()
+
+    def ahead_job(self) -> Claim | None:
+        return self.ahead.job if self.ahead is not None else None
+
+    def forget(self, job: Claim) -> None:
+        """Drops what was asked ahead for `job` (its runner ended without taking it)."""
+        if self.ahead is not None and self.ahead.job == job:
+            self.drop_ahead()
+
+    def drop_ahead(self) -> None:
+        """Forgets the batches asked for ahead (the job itself stays held, to be given back)."""
+        if self.ahead is not None:
+            self.ahead.cancel()
+            self.ahead = None
+
+    def shutdown(self) -> None:
+        self.drop_ahead()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _size(self) -> int:
+        return batch_blocks(self.density, self.batch_size, self.batch_transactions)
+
+    def _submit(self, first: int, last: int) -> Future[Rows]:
+        return self.executor.submit(self.fetch, first, last)
+
+    def _result(self, future: Future[Rows]) -> Rows:
+        started = time.perf_counter()
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.5)
+                except FutureTimeout:
+                    if self.stop.is_set():
+                        raise Stopping() from None
+        finally:
+            metrics.counted.wait_seconds.inc(time.perf_counter() - started)
