@@ -40,14 +40,12 @@ import psycopg
 import requests
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from indexer import chain, db, store  # noqa: E402
-from indexer.rpc import RpcClient  # noqa: E402
-from indexer.worker import batch_blocks, session_options  # noqa: E402
-from tests.anvil import EMITTER_INIT, Anvil  # noqa: E402 - the tests' anvil launcher
-from tests.processes import descendants  # noqa: E402
+from indexer import chain, db, store
+from indexer.rpc import RpcClient
+from indexer.testing.anvil import EMITTER_INIT, Anvil
+from indexer.testing.processes import descendants
+from indexer.db import worker_session_options
+from indexer.prefetch import batch_blocks
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -195,7 +193,7 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
         db.migrate(conn)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
     spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
-    with psycopg.connect(url, autocommit=True, options=session_options(300)) as conn:
+    with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         store.prepare(conn)
         first, size = 0, 100
         while first <= head:

@@ -55,11 +55,8 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from indexer import db, queue  # noqa: E402
-from indexer.worker import session_options  # noqa: E402
+from indexer import db, queue
+from indexer.db import worker_session_options
 
 LEASE = 300.0
 KIND = "noop"
@@ -142,7 +139,7 @@ class Result:
 def connect(url: str, method: str) -> psycopg.Connection:
     if method.startswith("article"):
         return psycopg.connect(url, autocommit=True)
-    options = session_options(LEASE)
+    options = worker_session_options(LEASE)
     if method.endswith("-sync"):
         options = options.replace("synchronous_commit=off", "synchronous_commit=on")
     return psycopg.connect(url, autocommit=True, options=options)

@@ -29,14 +29,11 @@ from pathlib import Path
 
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from indexer import verify  # noqa: E402
-from tests.anvil import Anvil, build_chain  # noqa: E402
-from tests.cluster import OwnPostgres  # noqa: E402
-from tests.faultproxy import FaultProxy  # noqa: E402
-from tests.processes import signal_quietly, workers  # noqa: E402
+from indexer import verify
+from indexer.testing.anvil import Anvil, build_chain
+from indexer.testing.cluster import OwnPostgres
+from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.processes import signal_quietly, workers
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 LEASE = 2.0
@@ -56,7 +53,10 @@ def main() -> int:
     rnd = random.Random(args.seed)
 
     pg = OwnPostgres()
-    log = Path(tempfile.mkstemp(prefix="chaos-work-", suffix=".log")[1])
+    # The pool's output, and by TMPDIR its own temporary files (which a pool killed with SIGKILL
+    # could not remove), in a directory removed at the end.
+    tmp = tempfile.TemporaryDirectory(prefix="chaos-work-")
+    log = Path(tmp.name) / "work.log"
     try:
         # Pruned history mines empty blocks fast; blocks, transactions and receipts stay.
         with Anvil("--no-mining", "--prune-history", "--hardfork", "cancun") as node:
@@ -65,6 +65,7 @@ def main() -> int:
             head = node.head()
             env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
             env |= {
+                "TMPDIR": tmp.name,
                 "INDEXER_DATABASE_URL": pg.url, "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0",
                 "INDEXER_LEASE_SECONDS": str(LEASE), "INDEXER_REAP_SECONDS": "0.5", "INDEXER_POLL_SECONDS": "1",
                 "INDEXER_BACKOFF_BASE_SECONDS": "0.05", "INDEXER_MAX_ATTEMPTS": "50", "INDEXER_METRICS_PORT": "0",
@@ -115,6 +116,7 @@ def main() -> int:
             return report(pg.url, node, head, code, events, served, log.read_text())
     finally:
         pg.stop()
+        tmp.cleanup()
 
 
 def report(url: str, node: Anvil, head: int, code: object, events: dict, served: dict, output: str) -> int:

@@ -1,29 +1,34 @@
 """Fixtures: a real PostgreSQL (INDEXER_TEST_DATABASE_URL, set up by scripts/test), one fresh
-database per test cloned from a migrated template, and a way to run the `indexer` command."""
+database per test cloned from a migrated template, a way to run the `indexer` command, and
+`indexer work` pools stopped and cleaned up after the test. The rest of the kit is
+indexer.testing."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
 from indexer import db
-
-from .cluster import OwnPostgres
+from indexer.testing.anvil import Anvil, build_chain
+from indexer.testing.cluster import OwnPostgres
+from indexer.testing.work import INDEXER, Pools, Work
 
 ADMIN_URL = os.environ.get("INDEXER_TEST_DATABASE_URL")
-INDEXER = str(Path(sys.executable).with_name("indexer"))
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    if not ADMIN_URL:
+UNIT = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # tests/unit needs nothing but Python: `pytest tests/unit` runs anywhere.
+    if not ADMIN_URL and any(UNIT not in item.path.parents for item in items):
         raise pytest.UsageError("INDEXER_TEST_DATABASE_URL is not set: run the tests with scripts/test")
 
 
@@ -96,8 +101,6 @@ def run_indexer(*args: str, db_url: str | None = None, env: dict[str, str] | Non
 def chain_node():
     """One anvil with a built chain (about 35 blocks, ~120 transactions, ~100 logs), shared by the
     tests that only read it."""
-    from .anvil import Anvil, build_chain
-
     with Anvil("--no-mining") as node:
         build_chain(node, busy_blocks=20)
         yield node
@@ -108,3 +111,11 @@ def own_postgres() -> Iterator[OwnPostgres]:
     pg = OwnPostgres()
     yield pg
     pg.stop()
+
+
+@pytest.fixture
+def work() -> Iterator[Callable[..., Work]]:
+    """Starts `indexer work` pools: `work(db_url, rpc_url, *args, **env)`; all are stopped after
+    the test, with any process they left behind, and their files removed."""
+    with Pools() as pools:
+        yield pools.start

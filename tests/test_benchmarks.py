@@ -9,7 +9,8 @@ import sys
 
 import psycopg
 
-from .cluster import REPO
+from indexer.testing.cluster import REPO
+
 from .conftest import ADMIN_URL
 
 
@@ -46,7 +47,9 @@ def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
     no_beats, beats = table_rows(out, "claim, ")
     assert no_beats[3] == "0"  # claims are never HOT
     share = float(re.search(r"Heartbeats that were HOT: ([\d.]+)%", out)[1])
-    assert 0 <= share <= 100
+    # Heartbeats write no indexed column and fillfactor 70 leaves them room on the page: the goal
+    # in BENCHMARKS.md is 90%, measured 99.98% there and 100% on this input run after run.
+    assert 90 <= share <= 100, out
     assert bench_databases() == before
 
 

@@ -1,18 +1,17 @@
-"""`indexer reap`, `retry`, `status` and `work` as a user runs them."""
+"""`indexer reap`, `retry` and `work` as a user runs them (`status` is in test_status.py)."""
 
 from __future__ import annotations
 
-import json
-import re
 import signal
 import subprocess
 import time
 
 from indexer import planner, queue
+from indexer.testing.anvil import free_port
+from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.work import INDEXER
 
-from .anvil import free_port
-from .conftest import INDEXER, run_indexer
-from .faultproxy import FaultProxy
+from .conftest import run_indexer
 
 
 def expire_all(conn) -> None:
@@ -52,7 +51,7 @@ def test_reap_every_loops_until_stopped(db_url, conn):
 def test_retry_failed_requeues_them(db_url, conn):
     planner.plan(conn, 0, 20, 10)
     for job in queue.claim(conn, "w", lease_seconds=60, limit=2):
-        queue.give_back(conn, job, "node exploded", max_attempts=1)
+        queue.give_back(conn, job, "node exploded", max_attempts=1, backoff_base=30)
     result = run_indexer("retry", "--failed", db_url=db_url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "re-queued 2 failed job(s)"
@@ -64,51 +63,6 @@ def test_retry_needs_to_be_told_what(db_url):
     result = run_indexer("retry", db_url=db_url)
     assert result.returncode == 2
     assert "--failed" in result.stderr
-
-
-def test_status_reports_what_the_database_holds(db_url, conn):
-    planner.plan(conn, 0, 50, 10)
-    done, failed, reaped, running = queue.claim(conn, "w", lease_seconds=60, limit=4)
-    queue.complete(conn, done)
-    queue.give_back(conn, failed, "bad block", max_attempts=1)
-    queue.heartbeat(conn, running, lease_seconds=60, cursor=running.payload["from"] + 4)
-    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (reaped.id,))
-    queue.reap(conn, max_attempts=5, backoff_base=0.001)
-    text = run_indexer("status", db_url=db_url)
-    assert text.returncode == 0, text.stderr
-    lines = text.stdout.splitlines()
-    assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
-    assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
-    # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
-    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
-    assert lines[6].startswith("oldest pending job waiting: ") and lines[6].endswith(" s")
-    assert lines[7] == "expired leases in the last hour: 1"
-    assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
-
-    as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
-    assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
-    assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
-    window = as_json["speed_window_seconds"]
-    assert 1 <= window < 60
-    assert as_json["blocks_per_second"] == 10 / window
-    assert as_json["eta_seconds"] == 36 / (10 / window)
-    assert as_json["expired_leases_last_hour"] == 1
-    assert as_json["failed_jobs"] == [{"id": failed.id, "kind": "index_blocks", "payload": {"from": 10, "to": 19},
-                                       "attempts": 1, "last_error": "bad block"}]
-
-
-def test_status_watch_refreshes_until_stopped(db_url, conn):
-    planner.plan(conn, 0, 20, 10)
-    proc = subprocess.Popen([INDEXER, "status", "--json", "--watch", "0.2"], env={"INDEXER_DATABASE_URL": db_url},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = json.loads(proc.stdout.readline())
-    queue.complete(conn, queue.claim(conn, "w", lease_seconds=60)[0])
-    deadline = time.monotonic() + 30
-    while (latest := json.loads(proc.stdout.readline()))["jobs"]["done"] != 1:
-        assert time.monotonic() < deadline
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 0
-    assert (first["jobs"]["pending"], latest["jobs"]["pending"], latest["indexed_blocks"]) == (2, 1, 10)
 
 
 def test_work_refuses_an_rpc_url_that_is_not_a_url(db_url, conn):

@@ -7,8 +7,9 @@ import subprocess
 import psycopg
 
 from indexer import db
+from indexer.testing.work import INDEXER
 
-from .conftest import INDEXER, run_indexer
+from .conftest import run_indexer
 
 
 def applied(url: str) -> list[str]:

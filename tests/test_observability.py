@@ -19,13 +19,14 @@ import requests
 import yaml
 
 from indexer import planner, queue
-
-from .anvil import free_port
-from .conftest import INDEXER as INDEXER_BIN
-from .cluster import REPO
-from .faultproxy import FaultProxy
-from .processes import signal_quietly, workers
-from .test_work import Work, running_job, wait_for
+from indexer.block_range import JOB_KIND
+from indexer.testing.anvil import Anvil, build_chain, free_port
+from indexer.testing.cluster import REPO
+from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.processes import workers
+from indexer.testing.waiting import wait_for
+from indexer.testing.work import INDEXER as INDEXER_BIN
+from indexer.testing.work import running_job
 
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "skiplock-indexer.json"
@@ -93,11 +94,11 @@ def test_every_metric_the_code_defines_is_on_the_dashboard():
     assert not missing, f"metrics without a panel: {sorted(missing)}"
 
 
-def test_metrics_count_what_the_database_holds(db_url, conn, chain_node):
+def test_metrics_count_what_the_database_holds(db_url, conn, chain_node, work):
     head = chain_node.head()
     planner.plan(conn, 0, head + 1, 10)
     port = free_port()
-    w = Work(db_url, chain_node.url, "--workers", "2", INDEXER_METRICS_PORT=str(port),
+    w = work(db_url, chain_node.url, "--workers", "2", INDEXER_METRICS_PORT=str(port),
              INDEXER_DB_METRICS_SECONDS="0.5")
     try:
         wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "the backfill")
@@ -127,47 +128,44 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node):
         w.kill()
 
 
-def test_a_taken_metrics_port_refuses_to_start_and_claims_nothing(db_url, conn, chain_node):
+def test_a_taken_metrics_port_refuses_to_start_and_claims_nothing(db_url, conn, chain_node, work):
     planner.plan(conn, 0, 20, 10)
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        w = Work(db_url, chain_node.url, "--workers", "2", "--drain", INDEXER_METRICS_PORT=str(port))
+        w = work(db_url, chain_node.url, "--workers", "2", "--drain", INDEXER_METRICS_PORT=str(port))
         assert w.wait() == 1
     assert w.output().strip().splitlines()[-1] == f"indexer work: error: cannot serve metrics on port {port}: Address already in use"
     assert conn.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2").fetchall() == [("pending", 0, 2)]
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
 
 
-def test_workers_left_behind_by_a_killed_pool_do_not_hold_its_metrics_port(db_url, conn, chain_node):
+def test_workers_left_behind_by_a_killed_pool_do_not_hold_its_metrics_port(db_url, conn, chain_node, work):
     planner.plan(conn, 0, chain_node.head() + 1, 10)
     port = free_port()
     with FaultProxy(chain_node.url, delay=0.2) as slow:
-        first = Work(db_url, slow.url, "--workers", "2", "--batch-size", "1", INDEXER_METRICS_PORT=str(port))
+        first = work(db_url, slow.url, "--workers", "2", "--batch-size", "1", INDEXER_METRICS_PORT=str(port))
         wait_for(lambda: running_job(conn), "a job in progress")
         orphans = workers(first.proc.pid)
         assert len(orphans) == 2
+        # The pool's own clean-up never runs: the `work` fixture kills the orphans after the test
+        # and removes the pool's directory, with the metrics directory the pool made in it.
         first.proc.kill()
         first.proc.wait()
-        second = Work(db_url, slow.url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
-        try:
-            assert all(Path(f"/proc/{pid}").exists() for pid in orphans)  # still running their jobs
-            wait_for(lambda: "metrics on" in second.output() or second.proc.poll() is not None, "the second pool")
-            assert second.proc.poll() is None, second.output()
-            assert "indexer_blocks_indexed_total" in wait_for(lambda: scrape(port), "a scrape")
-        finally:
-            second.kill()
-            for pid in orphans:
-                signal_quietly(pid, signal.SIGKILL)
+        second = work(db_url, slow.url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        assert all(Path(f"/proc/{pid}").exists() for pid in orphans)  # still running their jobs
+        wait_for(lambda: "metrics on" in second.output() or second.proc.poll() is not None, "the second pool")
+        assert second.proc.poll() is None, second.output()
+        assert "indexer_blocks_indexed_total" in wait_for(lambda: scrape(port), "a scrape")
 
 
-def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node):
+def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node, work):
     planner.plan(conn, 0, 5, 10)
     port = free_port()
     with FaultProxy(chain_node.url) as proxy:
         secret_url = proxy.url + "/v3/SECRETKEY?token=SECRETTOKEN"
-        w = Work(db_url, secret_url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        w = work(db_url, secret_url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
         try:
             wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "the backfill")
             page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -221,15 +219,13 @@ def query(prometheus: str, expr: str) -> list:
 
 @pytest.fixture(scope="module")
 def longer_chain():
-    from .anvil import Anvil, build_chain
-
     with Anvil("--no-mining") as node:
         build_chain(node, busy_blocks=20)
         node.mine(300)
         yield node
 
 
-def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for):
+def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for, work):
     """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
     a rate limit), a worker killed mid-job (expired leases), a malformed job (failed). Then
     every query of every panel, evaluated by a real Prometheus, must return data."""
@@ -238,7 +234,7 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
     prometheus = prometheus_for(f"127.0.0.1:{port}")
     with FaultProxy(longer_chain.url, rate=0.1, faults=("http500", "http429", "truncate"), retry_after="0.2",
                     max_batch=2, delay=0.05) as proxy:
-        w = Work(db_url, proxy.url, "--workers", "2", "--batch-size", "2", INDEXER_METRICS_PORT=str(port),
+        w = work(db_url, proxy.url, "--workers", "2", "--batch-size", "2", INDEXER_METRICS_PORT=str(port),
                  INDEXER_LEASE_SECONDS="1.5", INDEXER_RPC_RATE_LIMIT="200", INDEXER_DB_METRICS_SECONDS="0.5",
                  INDEXER_RPC_MAX_ATTEMPTS="20")
         try:
@@ -246,7 +242,7 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
             wait_for(lambda: query(prometheus, 'indexer_expired_leases_total{outcome="retry"} == 0'),
                      "Prometheus to scrape the pool", timeout=60)
             planner.plan(conn, 0, head + 1, 40)
-            queue.enqueue(conn, planner.JOB_KIND, [{"from": "nonsense"}])
+            queue.enqueue(conn, JOB_KIND, [{"from": "nonsense"}])
             _, pid = wait_for(lambda: running_job(conn, past_first=False), "a job in progress")
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: conn.execute("SELECT count(*) FROM jobs WHERE status <> 'failed'").fetchone()[0] == 0,

@@ -13,8 +13,7 @@ import yaml
 
 from indexer.cli import build_parser
 from indexer.settings import Settings
-
-from .cluster import REPO
+from indexer.testing.cluster import REPO
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]

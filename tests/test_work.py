@@ -4,153 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import tempfile
-import time
-from pathlib import Path
-from typing import Callable
 
 import psycopg
-import pytest
-from web3 import Web3
 
 from indexer import planner, queue, store
+from indexer.block_range import JOB_KIND, cut
+from indexer.testing.anvil import Anvil, build_chain
+from indexer.testing.faultproxy import FAULTS, FaultProxy
+from indexer.testing.node_compare import assert_matches_node, snapshot
+from indexer.testing.waiting import wait_for
+from indexer.testing.work import running_job
 
-from .anvil import Anvil
-from .conftest import INDEXER
-from .faultproxy import FAULTS, FaultProxy
-from .processes import descendants, signal_quietly
-
-# Short leases and waits so that reaping and retries happen within seconds.
-FAST = {
-    "INDEXER_USE_FINALIZED": "false",
-    "INDEXER_CONFIRMATIONS": "0",
-    "INDEXER_POLL_SECONDS": "0.5",
-    "INDEXER_REAP_SECONDS": "0.3",
-    "INDEXER_BACKOFF_BASE_SECONDS": "0.05",
-    "INDEXER_DEFER_SECONDS": "0.5",
-    "INDEXER_METRICS_PORT": "0",
-}
-
-
-class Work:
-    """An `indexer work` process with its stderr in a file."""
-
-    def __init__(self, db_url: str, rpc_url: str, *args: str, **env: str) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="indexer-work-", suffix=".log")[1])
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
-        full_env |= FAST | {"INDEXER_DATABASE_URL": db_url, "INDEXER_RPC_URL": rpc_url} | env
-        with self.log.open("w") as err:
-            self.proc = subprocess.Popen([INDEXER, "work", *args], env=full_env, stdout=err, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout: float = 120) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"indexer work did not finish in {timeout} s:\n{self.output()[-3000:]}") from None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-@pytest.fixture
-def work():
-    started: list[Work] = []
-
-    def start(*args: str, **kw: str) -> Work:
-        w = Work(*args, **kw)
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.kill()
-        for pid in descendants(w.proc.pid):
-            signal_quietly(pid, signal.SIGKILL)
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = 60) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def addr(value: str | None) -> bytes | None:
-    return None if value is None else bytes.fromhex(value[2:])
-
-
-def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: int) -> None:
-    """Every block, transaction, receipt field and log in Postgres equals what the node returns
-    (read here through web3.py, independently of the indexer's own decoding)."""
-    w3 = Web3(Web3.HTTPProvider(url))
-    blocks, txs, logs = [], [], []
-    for n in range(first, last + 1):
-        b = w3.eth.get_block(n, full_transactions=True)
-        receipts = w3.eth.get_block_receipts(n)
-        blocks.append((
-            n, bytes(b.hash), bytes(b.parentHash), b.timestamp, addr(b.miner), b.gasUsed, b.gasLimit,
-            b.get("baseFeePerGas"), len(b.transactions), sum(len(r.logs) for r in receipts), b.size,
-            bytes(b.extraData), bytes(b.stateRoot), bytes(b.transactionsRoot), bytes(b.receiptsRoot),
-        ))
-        for tx, r in zip(b.transactions, receipts, strict=True):
-            txs.append((
-                n, tx.transactionIndex, bytes(tx.hash), addr(tx["from"]), addr(tx.get("to")), tx.value, tx.gas,
-                tx.get("gasPrice"), tx.get("maxFeePerGas"), tx.get("maxPriorityFeePerGas"), bytes(tx.input),
-                tx.nonce, tx.type, r.status, r.gasUsed, r.cumulativeGasUsed, r.effectiveGasPrice,
-                addr(r.contractAddress),
-            ))
-            for lg in r.logs:
-                topics = [bytes(t) for t in lg.topics] + [None] * (4 - len(lg.topics))
-                logs.append((n, lg.logIndex, lg.transactionIndex, bytes(lg.transactionHash), addr(lg.address),
-                             *topics, bytes(lg.data)))
-    rng = {"first": first, "last": last}
-    got_blocks = conn.execute(
-        "SELECT number, hash, parent_hash, extract(epoch FROM timestamp)::bigint, miner, gas_used, gas_limit,"
-        " base_fee_per_gas, transaction_count, log_count, size, extra_data, state_root, transactions_root,"
-        " receipts_root FROM blocks WHERE number BETWEEN %(first)s AND %(last)s ORDER BY number", rng).fetchall()
-    got_txs = conn.execute(
-        "SELECT block_number, transaction_index, hash, from_address, to_address, value, gas, gas_price,"
-        " max_fee_per_gas, max_priority_fee_per_gas, input, nonce, type, status, gas_used, cumulative_gas_used,"
-        " effective_gas_price, contract_address FROM transactions WHERE block_number BETWEEN %(first)s AND %(last)s"
-        " ORDER BY block_number, transaction_index", rng).fetchall()
-    got_logs = conn.execute(
-        "SELECT block_number, log_index, transaction_index, transaction_hash, address, topic0, topic1, topic2,"
-        " topic3, data FROM logs WHERE block_number BETWEEN %(first)s AND %(last)s ORDER BY block_number, log_index",
-        rng).fetchall()
-    assert len(got_blocks) == len(blocks)
-    assert got_blocks == blocks
-    assert len(got_txs) == len(txs)
-    assert got_txs == txs
-    assert len(got_logs) == len(logs)
-    assert got_logs == logs
-
-
-def snapshot(conn: psycopg.Connection) -> list:
-    """Every chain row with its row version (xmin): equal snapshots mean nothing was rewritten."""
-    return [conn.execute(f"SELECT xmin::text, t.* FROM {table} t ORDER BY 2, 3").fetchall()
-            for table in ("blocks", "transactions", "logs")]
-
-
-def running_job(conn: psycopg.Connection, past_first: bool = True):
-    """(id, pid of its worker) of a running job that has committed at least one batch."""
-    row = conn.execute(
-        "SELECT id, locked_by FROM jobs WHERE status = 'running'"
-        + (" AND cursor > (payload->>'from')::bigint" if past_first else "") + " ORDER BY id LIMIT 1"
-    ).fetchone()
-    return (row[0], int(row[1].rsplit(":", 1)[1])) if row else None
+from .conftest import run_indexer
 
 
 def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_nothing(db_url, conn, chain_node, work):
@@ -161,7 +26,7 @@ def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_noth
     assert_matches_node(conn, chain_node.url, 0, head)
     assert conn.execute("SELECT count(*) FROM transactions").fetchone()[0] > 100
     assert conn.execute("SELECT count(*) FROM logs").fetchone()[0] > 50
-    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == len(planner.split(0, head + 1, 5))
+    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == len(cut(0, head + 1, 5))
     # Nothing went wrong, so every job ran once: one attempt each, no claim lost or given back.
     assert conn.execute("SELECT DISTINCT attempts FROM jobs_history").fetchall() == [(1,)]
     assert "lost claim" not in w.output() and "gave back" not in w.output(), w.output()
@@ -169,7 +34,7 @@ def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_noth
 
     # The same plan again adds nothing; forcing the range through the workers again rewrites nothing.
     assert planner.plan(conn, 0, head + 1, 5).jobs_added == 0
-    queue.enqueue(conn, planner.JOB_KIND, planner.split(0, head + 1, 7))
+    queue.enqueue(conn, JOB_KIND, [r.payload() for r in cut(0, head + 1, 7)])
     again = work(db_url, chain_node.url, "--workers", "2", "--drain")
     assert again.wait() == 0, again.output()
     assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
@@ -310,21 +175,20 @@ def test_the_first_worker_records_the_chain_id(db_url, conn, chain_node, work):
 
 
 def test_a_malformed_job_fails_with_its_error_and_the_worker_goes_on(db_url, conn, chain_node, work):
-    queue.enqueue(conn, planner.JOB_KIND, [{"from": "zero", "to": 5}, {"from": 1.5, "to": 3}, {"from": 9, "to": 2}])
+    queue.enqueue(conn, JOB_KIND, [{"from": "zero", "to": 5}, {"from": 1.5, "to": 3}, {"from": 9, "to": 2}])
     queue.enqueue(conn, "mystery", [{"x": 1}])
     planner.plan(conn, 0, 5, 10)
     w = work(db_url, chain_node.url, "--drain")
     assert w.wait() == 1, w.output()
     failed = conn.execute("SELECT kind, last_error FROM jobs WHERE status = 'failed' ORDER BY id").fetchall()
     assert [k for k, _ in failed] == ["index_blocks"] * 3 + ["mystery"]
-    assert all(e.startswith("malformed job") for _, e in failed)
+    assert all(e.startswith("malformed job: kind 'index_blocks'") for _, e in failed[:3]), failed
+    assert failed[3][1] == "unknown job kind 'mystery'"
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 5
     assert "4 job(s) failed" in w.output()
 
 
 def test_a_database_restart_is_survived(own_postgres, chain_node, work):
-    from .conftest import run_indexer
-
     url = own_postgres.url
     assert run_indexer("migrate", db_url=url).returncode == 0
     head = chain_node.head()
@@ -341,8 +205,6 @@ def test_a_database_restart_is_survived(own_postgres, chain_node, work):
 
 
 def test_reindexing_after_a_reorg_replaces_the_blocks_and_their_contents(db_url, conn, work):
-    from .anvil import build_chain
-
     with Anvil("--no-mining") as node:
         build_chain(node, busy_blocks=8, empty_every=0)
         head = node.head()
@@ -352,89 +214,11 @@ def test_reindexing_after_a_reorg_replaces_the_blocks_and_their_contents(db_url,
         accounts = node.rpc("eth_accounts")
         node.rpc("anvil_reorg", 5, [[{"from": accounts[0], "to": accounts[1], "value": "0x1"}, 1]])
         assert node.head() == head
-        queue.enqueue(conn, planner.JOB_KIND, [{"from": 0, "to": head}])
+        queue.enqueue(conn, JOB_KIND, [{"from": 0, "to": head}])
         assert work(db_url, node.url, "--drain").wait() == 0
         assert_matches_node(conn, node.url, 0, head)
     fresh_txs = conn.execute("SELECT count(*) FROM transactions WHERE block_number > %s", (head - 5,)).fetchone()[0]
     assert (stale_txs, fresh_txs) == (30, 1)
-
-
-def test_progress_is_a_line_rewritten_on_a_terminal_and_quiet_in_logs(db_url, conn, chain_node):
-    import pty
-
-    head = chain_node.head()
-    planner.plan(conn, 0, head + 1, 4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
-    env |= FAST | {"INDEXER_DATABASE_URL": db_url}
-    master, slave = pty.openpty()
-    with FaultProxy(chain_node.url, delay=0.1) as slow:
-        env["INDEXER_RPC_URL"] = slow.url
-        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", "1", "--batch-size", "1"],
-                                env=env, stdout=slave, stderr=slave)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # the terminal closed: the process is gone
-                break
-            if not data:
-                break
-            chunks.append(data)
-        assert proc.wait(60) == 0
-    os.close(master)
-    screen = b"".join(chunks).decode()
-    updates = screen.count("\r\x1b[K")
-    assert updates >= 2, screen
-    assert " blocks indexed, " in screen and " blocks/s" in screen
-
-    queue.enqueue(conn, planner.JOB_KIND, planner.split(0, head + 1, 4))  # the same range once more
-    with FaultProxy(chain_node.url, delay=0.05) as slow:
-        w = Work(db_url, slow.url, "--drain", "--workers", "1", "--batch-size", "1")
-        assert w.wait() == 0
-    assert "\r" not in w.output()
-    assert w.output().count(" blocks/s") == 0  # no progress line more often than once a minute
-
-
-def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, chain_node):
-    import json
-
-    from .conftest import run_indexer
-
-    head = chain_node.head()
-    planner.plan(conn, 0, head + 1, 6)
-
-    def status() -> dict:
-        result = run_indexer("status", "--json", db_url=db_url)
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    def database() -> dict:
-        counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
-        counts["done"] = conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0]
-        indexed = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
-        return {"jobs": {s: counts.get(s, 0) for s in ("pending", "running", "done", "failed")},
-                "planned_blocks": head + 1, "indexed_blocks": indexed}
-
-    with FaultProxy(chain_node.url, delay=0.05) as slow:
-        w = Work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
-        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] >= 1, "a job to finish")
-        frozen = [w.proc.pid, *descendants(w.proc.pid)]
-        for pid in frozen:  # hold the backfill still while both are read
-            os.kill(pid, signal.SIGSTOP)
-        try:
-            during, expected = status(), database()
-        finally:
-            for pid in frozen:
-                os.kill(pid, signal.SIGCONT)
-        assert w.wait() == 0, w.output()
-    assert {k: during[k] for k in expected} == expected
-    assert 0 < during["indexed_blocks"] < head + 1 and during["jobs"]["done"] >= 1
-    after = status()
-    assert {k: after[k] for k in expected} == database()
-    assert (after["percent_done"], after["eta_seconds"], after["failed_jobs"]) == (100.0, 0.0, [])
-    assert after["speed_window_seconds"] < 60  # the backfill began seconds ago, not 5 minutes
-    assert after["blocks_per_second"] == (head + 1) / after["speed_window_seconds"]
 
 
 def test_an_idle_worker_wakes_on_notify_not_on_its_poll(db_url, conn, chain_node, work):
@@ -486,42 +270,12 @@ def test_a_node_failing_mid_backfill_gets_the_job_given_back_with_its_error(db_u
     assert error.endswith("failed after 2 attempts; last: " + proxy.url + ": HTTP 500")
 
 
-def test_verify_finds_gaps_broken_links_and_wrong_counts_and_repair_fixes_them(db_url, conn, chain_node, work):
-    from .conftest import run_indexer
-
-    head = chain_node.head()
-    planner.plan(conn, 0, head + 1, 10)
-    assert work(db_url, chain_node.url, "--drain").wait() == 0
-    whole = ("verify", "--from", "0", "--to", str(head + 1))
-    ok = run_indexer(*whole, db_url=db_url)
-    assert (ok.returncode, ok.stdout.strip()) == (0, f"blocks 0..{head:,}: all present, linked and complete")
-
-    busy = conn.execute("SELECT min(block_number) FROM transactions WHERE block_number > 12").fetchone()[0]
-    conn.execute("DELETE FROM blocks WHERE number IN (5, 6)")
-    conn.execute("UPDATE blocks SET parent_hash = '\\x00' WHERE number = 10")
-    conn.execute("DELETE FROM transactions WHERE block_number = %s AND transaction_index = 0", (busy,))
-    bad = run_indexer(*whole, db_url=db_url)
-    assert bad.returncode == 1
-    assert bad.stdout.splitlines() == [
-        "2 missing blocks: 5..6", "1 broken parent links below blocks: 10",
-        f"1 blocks with wrong transaction or log counts: {busy}"]
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0  # no --repair: nothing planned
-
-    repaired = run_indexer(*whole, "--repair", db_url=db_url)
-    assert repaired.returncode == 1 and repaired.stdout.splitlines()[-1] == "repair: planned 3 job(s) for 5 block(s)"
-    assert [r[0] for r in conn.execute("SELECT payload FROM jobs ORDER BY id")] == [
-        {"from": 5, "to": 6}, {"from": 9, "to": 10}, {"from": busy, "to": busy}]
-    assert work(db_url, chain_node.url, "--drain").wait() == 0
-    assert run_indexer(*whole, db_url=db_url).returncode == 0
-    assert_matches_node(conn, chain_node.url, 0, head)
-
-
-def test_no_worker_session_lingers_idle_in_a_transaction(db_url, conn, chain_node):
+def test_no_worker_session_lingers_idle_in_a_transaction(db_url, conn, chain_node, work):
     head = chain_node.head()
     planner.plan(conn, 0, head + 1, 6)
     longest, samples = 0.0, 0
     with FaultProxy(chain_node.url, delay=0.01) as proxy:
-        w = Work(db_url, proxy.url, "--workers", "2", "--drain", "--batch-size", "1")
+        w = work(db_url, proxy.url, "--workers", "2", "--drain", "--batch-size", "1")
         while w.proc.poll() is None:
             rows = conn.execute(
                 "SELECT state, extract(epoch FROM now() - state_change)::float8 FROM pg_stat_activity"
@@ -532,3 +286,4 @@ def test_no_worker_session_lingers_idle_in_a_transaction(db_url, conn, chain_nod
     assert samples > 20, "the backfill ended before it could be watched"
     # Between the statements of one batch a session is briefly "idle in transaction"; never for long.
     assert longest < 0.5
+

@@ -1,4 +1,5 @@
-"""A real anvil node on a free loopback port, and a chain with transfers, contract calls and logs."""
+"""A real anvil node on a free loopback port, a chain with transfers, contract calls and logs, and
+progress on stderr while a long one is mined (`python -m indexer.testing.anvil URL --height N`)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 import orjson
 import requests
 
 # scripts/install-anvil puts it in .cache; scripts/test says where in INDEXER_TEST_ANVIL.
-_CACHED = Path(__file__).resolve().parent.parent / ".cache" / "anvil" / "node_modules" / ".bin" / "anvil"
+_CACHED = Path(__file__).resolve().parents[2] / ".cache" / "anvil" / "node_modules" / ".bin" / "anvil"
 ANVIL = os.environ.get("INDEXER_TEST_ANVIL") or (str(_CACHED) if _CACHED.exists() else "anvil")
 
 # Init code that returns the 21-byte runtime below. The runtime copies its calldata to memory
@@ -95,9 +97,11 @@ class Anvil(Node):
         self.stop()
 
 
-def build_chain(node: Node, *, busy_blocks: int, empty_every: int = 3, txs_per_block: int = 6, seed: int = 7) -> None:
+def build_chain(node: Node, *, busy_blocks: int, empty_every: int = 3, txs_per_block: int = 6, seed: int = 7,
+                progress: Callable[[int], None] | None = None) -> None:
     """Mines a chain with value transfers (legacy and EIP-1559), contract creations, calls that
-    emit logs, and reverted calls. The node must run with `--no-mining`."""
+    emit logs, and reverted calls. The node must run with `--no-mining`. `progress` is given the
+    head after each block with transactions."""
     rnd = random.Random(seed)
     accounts = node.rpc("eth_accounts")
     node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
@@ -124,13 +128,73 @@ def build_chain(node: Node, *, busy_blocks: int, empty_every: int = 3, txs_per_b
         node.rpc("evm_mine")
         if empty_every and b % empty_every == 0:
             node.mine(2)
+        if progress:
+            progress(node.head())
 
 
-def build_to_height(node: Node, height: int, busy_blocks: int = 200) -> None:
-    """Some blocks with transactions and logs, then empty blocks up to `height`."""
-    build_chain(node, busy_blocks=min(busy_blocks, height // 2), empty_every=0)
-    if node.head() < height:
-        node.mine(height - node.head())
+def build_to_height(node: Node, height: int, busy_blocks: int = 200,
+                    progress: Callable[[int], None] | None = None) -> None:
+    """Some blocks with transactions and logs, then empty blocks up to `height`. Empty blocks are
+    mined a fraction of a second's worth at a time, so that `progress` (given the head) moves."""
+    build_chain(node, busy_blocks=min(busy_blocks, height // 2), empty_every=0, progress=progress)
+    head, step = node.head(), 1000
+    while head < height:
+        blocks = min(step, height - head)
+        began = time.monotonic()
+        node.mine(blocks)
+        took = time.monotonic() - began
+        # anvil mines some 40,000 empty blocks a second with --prune-history, 1,000 without.
+        step = max(100, min(200_000, int(blocks * 0.25 / max(took, 1e-3))))
+        head += blocks
+        if progress:
+            progress(head)
+
+
+class MiningProgress:
+    """Mining progress on stderr for a long chain: on a terminal one line rewritten in place,
+    otherwise a line every `every` seconds or every tenth of the chain. A chain mined within
+    `quiet` seconds shows nothing."""
+
+    def __init__(self, height: int, stream: TextIO | None = None, *, quiet: float = 2.0, every: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.height = height
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = self.stream.isatty()
+        self.quiet, self.every, self.clock = quiet, every, clock
+        self.started = clock()
+        self.shown_at: float | None = None  # when a line was last written
+        self.shown_tenth = 0
+        self.head = 0
+
+    def __call__(self, head: int) -> None:
+        self.head = head
+        now = self.clock()
+        elapsed = now - self.started
+        if elapsed < self.quiet:
+            return
+        tenth = min(10, head * 10 // max(self.height, 1))
+        if self.tty:
+            due = self.shown_at is None or now - self.shown_at >= 0.2  # a few rewrites a second
+        else:
+            due = self.shown_at is None or now - self.shown_at >= self.every or tenth > self.shown_tenth
+        if due:
+            self._show(now)
+            self.shown_tenth = tenth
+
+    def _show(self, now: float) -> None:
+        elapsed = now - self.started
+        line = (f"mining: block {self.head:,} of {self.height:,} ({100 * self.head / max(self.height, 1):.0f}%),"
+                f" {self.head / max(elapsed, 1e-9):,.0f} blocks/s")
+        self.stream.write(f"\r\033[K{line}" if self.tty else f"{line}\n")
+        self.stream.flush()
+        self.shown_at = now
+
+    def done(self) -> None:
+        """Ends the line on a terminal, at the final head, if anything was shown."""
+        if self.tty and self.shown_at is not None:
+            self._show(self.clock())
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 if __name__ == "__main__":
@@ -142,5 +206,10 @@ if __name__ == "__main__":
     args = ap.parse_args()
     node = Node(args.url)
     node.wait_until_up()
-    build_to_height(node, args.height)
+    progress = MiningProgress(args.height)
+    try:
+        build_to_height(node, args.height, progress=progress)
+    except KeyboardInterrupt:
+        sys.exit(130)  # interrupted: the caller stops the node; no traceback
+    progress.done()
     print(f"chain built at {args.url}: head {node.head():,}")

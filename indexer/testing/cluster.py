@@ -7,7 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+# The source checkout (the package is installed editable by scripts/setup-venv): scripts/ is there.
+REPO = Path(__file__).resolve().parents[2]
 
 
 class OwnPostgres:

@@ -8,6 +8,7 @@ the batch is too large for batches above `max_batch`.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -17,6 +18,15 @@ import orjson
 import requests
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client killed mid-request (the chaos run kills workers) resets its connection: expected.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FaultProxy:
@@ -57,8 +67,7 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 proxy.handle(self, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -1,0 +1,92 @@
+"""Finding, signalling and killing the processes of an `indexer work` pool."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def descendants(pid: int) -> list[int]:
+    kids = children(pid)
+    return kids + [d for k in kids for d in descendants(k)]
+
+
+def workers(pool_pid: int) -> list[int]:
+    """The worker processes of a pool: its children (but its fork server and resource tracker,
+    both `python -c "from multiprocessing..."`), and the fork server's, which replace the dead."""
+    found = []
+    for kid in children(pool_pid):
+        try:
+            command = Path(f"/proc/{kid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"forkserver" in command:
+            found += children(kid)
+        elif b"from multiprocessing" not in command:
+            found.append(kid)
+    return found
+
+
+def signal_quietly(pid: int, sig: int) -> bool:
+    """Sends `sig`; False if the process is already gone."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+
+def with_environment(entry: str) -> list[int]:
+    """The processes whose environment holds `entry` ("NAME=value"), orphans included: children
+    inherit it, and so do the children of multiprocessing's fork server."""
+    needle = entry.encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone, or not ours to read
+                continue
+    return found
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot), to tell it from a later one given the
+    same pid; None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def kill_all(pids: list[int], timeout: float = 10) -> None:
+    """SIGKILL to each process, then waits until they are gone. A pid that has meanwhile been
+    given to another process is left alone."""
+    started = {pid: start_time(pid) for pid in pids}
+    for pid, when in started.items():
+        if when is not None and start_time(pid) == when:
+            signal_quietly(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid, when) for pid, when in started.items()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """Running, not a zombie waiting for its parent, and not another process with its pid."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return started is not None and start_time(pid) == started and state != "Z"

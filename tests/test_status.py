@@ -1,0 +1,124 @@
+"""`indexer status`: what it reports against what the database holds, once, watching, and
+during a backfill."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+from indexer import planner, queue
+from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.processes import descendants
+from indexer.testing.waiting import wait_for
+from indexer.testing.work import INDEXER
+
+from .conftest import run_indexer
+
+
+def test_status_reports_what_the_database_holds(db_url, conn):
+    planner.plan(conn, 0, 50, 10)
+    done, failed, reaped, running = queue.claim(conn, "w", lease_seconds=60, limit=4)
+    queue.complete(conn, done)
+    queue.give_back(conn, failed, "bad block", max_attempts=1, backoff_base=30)
+    queue.heartbeat(conn, running, lease_seconds=60, cursor=running.payload["from"] + 4)
+    conn.execute("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = %s", (reaped.id,))
+    queue.reap(conn, max_attempts=5, backoff_base=0.001)
+    text = run_indexer("status", db_url=db_url)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
+    assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
+    # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
+    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
+    assert lines[6].startswith("oldest pending job waiting: ") and lines[6].endswith(" s")
+    assert lines[7] == "expired leases in the last hour: 1"
+    assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
+
+    as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
+    assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
+    window = as_json["speed_window_seconds"]
+    assert 1 <= window < 60
+    assert as_json["blocks_per_second"] == 10 / window
+    assert as_json["eta_seconds"] == 36 / (10 / window)
+    assert as_json["expired_leases_last_hour"] == 1
+    assert as_json["failed_jobs"] == [{"id": failed.id, "kind": "index_blocks", "payload": {"from": 10, "to": 19},
+                                       "attempts": 1, "last_error": "bad block"}]
+
+
+def test_status_watch_refreshes_until_stopped(db_url, conn):
+    planner.plan(conn, 0, 20, 10)
+    proc = subprocess.Popen([INDEXER, "status", "--json", "--watch", "0.2"], env={"INDEXER_DATABASE_URL": db_url},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = json.loads(proc.stdout.readline())
+    queue.complete(conn, queue.claim(conn, "w", lease_seconds=60)[0])
+    deadline = time.monotonic() + 30
+    while (latest := json.loads(proc.stdout.readline()))["jobs"]["done"] != 1:
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert (first["jobs"]["pending"], latest["jobs"]["pending"], latest["indexed_blocks"]) == (2, 1, 10)
+
+
+def test_status_watch_in_a_pipe_appends_one_stamped_record_per_refresh(db_url, conn):
+    planner.plan(conn, 0, 20, 10)
+    proc = subprocess.Popen([INDEXER, "status", "--watch", "0.2"], env={"INDEXER_DATABASE_URL": db_url},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stamps = []
+    while len(stamps) < 3:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        if line.startswith("--- "):
+            stamps.append(line)
+        assert "\033" not in line  # no terminal codes in a pipe
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    assert all(re.fullmatch(r"--- \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n", s) for s in stamps), stamps
+
+
+def test_status_with_nothing_planned_says_so(db_url):
+    result = run_indexer("status", db_url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert "nothing planned yet" in result.stdout
+    assert "ETA" not in result.stdout
+
+
+def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 6)
+
+    def status() -> dict:
+        result = run_indexer("status", "--json", db_url=db_url)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def database() -> dict:
+        counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+        counts["done"] = conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0]
+        indexed = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
+        return {"jobs": {s: counts.get(s, 0) for s in ("pending", "running", "done", "failed")},
+                "planned_blocks": head + 1, "indexed_blocks": indexed}
+
+    with FaultProxy(chain_node.url, delay=0.05) as slow:
+        w = work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] >= 1, "a job to finish")
+        frozen = [w.proc.pid, *descendants(w.proc.pid)]
+        for pid in frozen:  # hold the backfill still while both are read
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            during, expected = status(), database()
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+        assert w.wait() == 0, w.output()
+    assert {k: during[k] for k in expected} == expected
+    assert 0 < during["indexed_blocks"] < head + 1 and during["jobs"]["done"] >= 1
+    after = status()
+    assert {k: after[k] for k in expected} == database()
+    assert (after["percent_done"], after["eta_seconds"], after["failed_jobs"]) == (100.0, 0.0, [])
+    assert after["speed_window_seconds"] < 60  # the backfill began seconds ago, not 5 minutes
+    assert after["blocks_per_second"] == (head + 1) / after["speed_window_seconds"]
