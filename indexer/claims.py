@@ -52,12 +52,6 @@ class HeldClaims:
         if claim in self._claims:
             self._claims.remove(claim)
 
-    def __contains__(self, claim: object) -> bool:
-        return claim in self._claims
-
-    def __len__(self) -> int:
-        return len(self._claims)
-
     def give_back_all(self, conn: psycopg.Connection) -> Iterator[tuple[Claim, bool]]:
         """Returns each claim to pending with no attempt spent; yields it with False if its lease
         had been taken back already. A claim whose give-back raises stays held, to try again."""

@@ -12,7 +12,7 @@ from typing import Callable, NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from . import db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .errors import IndexerError, first_line, redact
 from .settings import MAX_CHUNK
 
@@ -156,8 +156,6 @@ def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from . import metrics
-
     if not cfg.metrics_port:
         raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
     with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable

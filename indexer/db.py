@@ -92,6 +92,15 @@ def migration_files() -> list[Path]:
     return sorted(schema_dir().glob("*.sql"))
 
 
+def check_schema(conn: psycopg.Connection) -> None:
+    """Refuses a database whose schema is older than this version's (a pool would fail later,
+    on the first statement that needs a newer migration, with a less helpful error)."""
+    applied = {row[0] for row in conn.execute(SELECT_APPLIED)}  # UndefinedTable: none applied
+    missing = [p.stem for p in migration_files() if p.stem not in applied]
+    if missing:
+        raise IndexerError(f"the database lacks migration(s) {', '.join(missing)}: run `indexer migrate` first")
+
+
 def migrate(conn: psycopg.Connection) -> list[str]:
     """Applies pending migrations; returns the versions applied by this call."""
     applied_now: list[str] = []

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back")
+LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back; stopping it")
 
 # Answers that disagree with each other (a reorg under the fetch, a node behind a load balancer
 # answering from two heights) are asked again this many times before the job is given back.
@@ -130,7 +130,7 @@ def run(worker: Worker, job: Claim) -> Ended:
     if cursor <= blocks.last:
         if not queue.defer(worker.conn, job, delay_seconds=cfg.defer_seconds):
             return LOST
-        return Ended(Outcome.DEFERRED, f"blocks {cursor}..{blocks.last} are past the safe head {worker.safe_head.known}")
+        return Ended(Outcome.DEFERRED, f"blocks {cursor}..{blocks.last} are past the safe head {safe}")
     done = Ended(Outcome.DONE, f"blocks {blocks.first}..{blocks.last}")
     if worker.prefetch.ahead_job() is not None:
         return done if queue.complete(worker.conn, job) else LOST

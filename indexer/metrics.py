@@ -4,7 +4,8 @@ Each process counts into `counted` (`metrics.counted.blocks.inc(n)`). By default
 in the process's memory. `indexer work` runs many processes, so before it starts any it calls
 `share_between_processes(directory)`: from then on this process, and every worker forked from
 it, counts into files there (prometheus_client's multiprocess mode), and the pool serves one
-/metrics for all of them. A worker started afresh (the fork server's) makes the same call.
+/metrics for all of them. Every worker makes the same call when it starts: a replacement comes
+from the fork server, which never ran the pool's.
 
 The database-wide gauges are computed by one process only (the pool, or `indexer monitor`), on
 an interval, by `DatabaseCollector`; a scrape never queries the database.
@@ -217,7 +218,7 @@ class DatabaseCollector(Collector):
                                 "Running jobs whose lease has expired and that the reaper has yet to take back",
                                 value=counts.running_past_lease)
         done = progress.measure(conn)
-        yield GaugeMetricFamily("indexer_blocks_remaining", "Planned blocks not yet indexed (a failed job's included)",
+        yield GaugeMetricFamily("indexer_blocks_remaining", "Blocks of pending and running jobs not yet indexed",
                                 value=done.remaining_blocks)
         yield GaugeMetricFamily("indexer_indexed_through_block",
                                 "Every planned block up to this one is indexed", value=done.indexed_through)

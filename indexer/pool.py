@@ -50,6 +50,7 @@ def check_chain(cfg: Settings) -> int:
         raise IndexerError(f"the RPC endpoints serve different chains: {ids}")
     chain_id = next(iter(ids.values()))
     with db.connect(cfg.database_url) as conn:
+        db.check_schema(conn)
         recorded = store.record_chain_id(conn, chain_id)
     if recorded != chain_id:
         raise IndexerError(

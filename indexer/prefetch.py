@@ -89,7 +89,8 @@ class Prefetcher:
 
     def rows(self, batches: Batches, claim_ahead: Callable[[], Batches | None]) -> Iterator[Rows]:
         """The job's batches in order, fetched ahead of the caller. Once they are all asked for,
-        `claim_ahead` is called (once) for the next job's batches, which share the room left."""
+        `claim_ahead` is asked for the next job's batches, which share the room left; while it
+        finds no job, it is asked again at each batch (a claim that finds nothing is cheap)."""
         try:
             while True:
                 room = self.in_flight - batches.in_flight()

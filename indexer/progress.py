@@ -4,7 +4,10 @@ metrics (`indexer_blocks_remaining`, `indexer_indexed_through_block`).
 
 Counted from the jobs alone (the `block_ranges` view over `jobs` and `jobs_history`), never
 from the chain tables, which may hold millions of rows: an archived job counts whole, a live
-one up to its resume cursor. A failed job's blocks stay remaining until it is retried.
+one up to its resume cursor. What remains is what the workers have left to do, the blocks of
+pending and running jobs: a failed job's blocks are neither indexed nor remaining until
+`indexer retry --failed` puts them back, so a backfill that failed a job still ends, and its
+ETA says when the rest is done.
 """
 
 from __future__ import annotations
@@ -13,13 +16,18 @@ from dataclasses import dataclass
 
 import psycopg
 
-# Planned blocks, blocks indexed, blocks of jobs finished within the window, the lowest block
-# of an unfinished job not yet indexed, and the highest block of a finished one.
-PROGRESS = """
+from .states import JobStatus
+
+# Planned blocks, blocks indexed, blocks the workers have left, blocks of jobs finished within
+# the window, the lowest block of an unfinished job not yet indexed, and the highest block of a
+# finished one.
+PROGRESS = f"""
 SELECT
     coalesce(sum(last_block - first_block + 1), 0),
     coalesce(sum(CASE WHEN finished_at IS NOT NULL THEN last_block - first_block + 1
                       ELSE coalesce(cursor, first_block) - first_block END), 0),
+    coalesce(sum(last_block - coalesce(cursor, first_block) + 1)
+             FILTER (WHERE status IN ('{JobStatus.PENDING}', '{JobStatus.RUNNING}')), 0),
     coalesce(sum(last_block - first_block + 1)
              FILTER (WHERE finished_at > now() - make_interval(secs => %(window)s)), 0),
     min(coalesce(cursor, first_block)) FILTER (WHERE finished_at IS NULL),
@@ -43,13 +51,10 @@ SPEED_WINDOW_SECONDS = 300.0
 class Progress:
     planned_blocks: int
     indexed_blocks: int
+    remaining_blocks: int  # of pending and running jobs
     indexed_through: int  # every planned block up to this one is indexed (-1: none yet)
     blocks_per_second: float  # of the jobs finished within the speed window
     speed_window_seconds: float
-
-    @property
-    def remaining_blocks(self) -> int:
-        return self.planned_blocks - self.indexed_blocks
 
     @property
     def percent_done(self) -> float | None:
@@ -67,7 +72,7 @@ class Progress:
 
 def measure(conn: psycopg.Connection, *, window_seconds: float = SPEED_WINDOW_SECONDS) -> Progress:
     params = {"window": window_seconds}
-    planned, indexed, recent, lowest_unfinished, highest_finished = conn.execute(PROGRESS, params).fetchone()
+    planned, indexed, remaining, recent, lowest_unfinished, highest_finished = conn.execute(PROGRESS, params).fetchone()
     window = conn.execute(SPEED_WINDOW, params).fetchone()[0]
     through = lowest_unfinished - 1 if lowest_unfinished is not None else highest_finished
-    return Progress(int(planned), int(indexed), int(through), float(recent) / window, window)
+    return Progress(int(planned), int(indexed), int(remaining), int(through), float(recent) / window, window)

@@ -31,8 +31,8 @@ NOTIFY_CHANNEL = "indexer_jobs"
 # Statuses are written into the statements as literals, not bound: the claim's partial index
 # (`WHERE status = 'pending'`) can serve only a query whose predicate is that same literal, and
 # the workers' sessions run generic plans, which never see a parameter's value.
-PENDING, RUNNING, DONE, FAILED = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
-                                                     JobStatus.FAILED))
+_PENDING, _RUNNING, _DONE, _FAILED = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
+                                                         JobStatus.FAILED))
 
 ENQUEUE = """
 INSERT INTO jobs (kind, payload, run_at)
@@ -48,7 +48,7 @@ NOTIFY = "SELECT pg_notify(%(channel)s, '')"
 
 CLAIM = f"""
 UPDATE jobs
-SET status = {RUNNING},
+SET status = {_RUNNING},
     attempts = attempts + 1,
     locked_by = %(worker)s,
     claim_token = gen_random_uuid(),
@@ -56,7 +56,7 @@ SET status = {RUNNING},
     updated_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM jobs
-    WHERE status = {PENDING} AND run_at <= now()
+    WHERE status = {_PENDING} AND run_at <= now()
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -66,7 +66,7 @@ RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
 
 # Every statement that changes a running job matches its claim: a worker whose lease was taken
 # back (and perhaps claimed by another) changes nothing.
-_HELD = f"id = %(id)s AND claim_token = %(token)s AND status = {RUNNING}"
+_HELD = f"id = %(id)s AND claim_token = %(token)s AND status = {_RUNNING}"
 
 HEARTBEAT = f"""
 UPDATE jobs
@@ -83,11 +83,11 @@ _FINISH = f"""
 finished AS (
     DELETE FROM jobs AS j
     USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = {RUNNING}
+    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = {_RUNNING}
     RETURNING j.id, j.kind, j.payload, j.attempts, j.locked_by, j.last_error, j.created_at
 ), archived AS (
     INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
-    SELECT id, kind, payload, {DONE}, attempts, locked_by, last_error, created_at, now()
+    SELECT id, kind, payload, {_DONE}, attempts, locked_by, last_error, created_at, now()
     FROM finished
     RETURNING id
 )"""
@@ -111,7 +111,7 @@ FROM (VALUES (1)) AS one LEFT JOIN claimed ON true
 # failure back off alike.
 _OUT_OF_ATTEMPTS = "{t}attempts >= %(max_attempts)s"
 _RELEASE = f"""
-    status = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {FAILED} ELSE {PENDING} END,
+    status = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {_FAILED} ELSE {_PENDING} END,
     run_at = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {{t}}run_at
                   ELSE now() + make_interval(secs => least(3600, %(backoff_base)s
                                                                  * power(2, least({{t}}attempts, 20))
@@ -132,7 +132,7 @@ RETURNING status, extract(epoch FROM run_at - now())::float8 AS backoff_seconds
 # head, for shutdown and after a reconnect (delay 0).
 DEFER = f"""
 UPDATE jobs
-SET status = {PENDING},
+SET status = {_PENDING},
     attempts = greatest(attempts - 1, 0),
     run_at = now() + make_interval(secs => %(delay)s),
     locked_by = NULL, claim_token = NULL, locked_until = NULL,
@@ -144,7 +144,7 @@ RETURNING id
 REAP = f"""
 WITH expired AS (
     SELECT id, locked_by AS holder, attempts AS attempt FROM jobs
-    WHERE status = {RUNNING} AND locked_until < now()
+    WHERE status = {_RUNNING} AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -166,8 +166,8 @@ ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions()"
 
 RETRY_FAILED = f"""
 UPDATE jobs
-SET status = {PENDING}, attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
-WHERE status = {FAILED}
+SET status = {_PENDING}, attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
+WHERE status = {_FAILED}
 RETURNING id
 """
 
@@ -175,25 +175,25 @@ RETURNING id
 # claimable job has waited. What `indexer status` and the metrics show of the queue.
 COUNTS = f"""
 SELECT
-    count(*) FILTER (WHERE status = {PENDING}),
-    count(*) FILTER (WHERE status = {RUNNING}),
-    (SELECT count(*) FROM jobs_history WHERE status = {DONE}),
-    count(*) FILTER (WHERE status = {FAILED}),
-    count(*) FILTER (WHERE status = {RUNNING} AND locked_until < now()),
-    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = {PENDING} AND run_at <= now()))::float8
+    count(*) FILTER (WHERE status = {_PENDING}),
+    count(*) FILTER (WHERE status = {_RUNNING}),
+    (SELECT count(*) FROM jobs_history WHERE status = {_DONE}),
+    count(*) FILTER (WHERE status = {_FAILED}),
+    count(*) FILTER (WHERE status = {_RUNNING} AND locked_until < now()),
+    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = {_PENDING} AND run_at <= now()))::float8
 FROM jobs
 """
 
 EXPIRED_LEASES = "SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - make_interval(secs => %(window)s)"
 
 FAILED_JOBS = f"""
-SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {FAILED} ORDER BY id LIMIT %(limit)s
+SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {_FAILED} ORDER BY id LIMIT %(limit)s
 """
 
-HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({PENDING}, {RUNNING}))"
+HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({_PENDING}, {_RUNNING}))"
 
 # Seconds until the earliest pending job may be claimed (negative: one is due now).
-NEXT_DUE = f"SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = {PENDING}"
+NEXT_DUE = f"SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = {_PENDING}"
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ def as_json(st: Status) -> dict[str, Any]:
         "jobs": {str(status): n for status, n in st.counts.by_status().items()},
         "planned_blocks": p.planned_blocks,
         "indexed_blocks": p.indexed_blocks,
+        "remaining_blocks": p.remaining_blocks,
         "percent_done": p.percent_done,
         "blocks_per_second": p.blocks_per_second,
         "speed_window_seconds": p.speed_window_seconds,

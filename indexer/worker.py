@@ -61,7 +61,7 @@ _LOG_LINES = {
     Outcome.DEFERRED: (logging.INFO, "job {id}: {detail}; deferred"),
     Outcome.GIVEN_BACK: (logging.WARNING, "job {id} given back: {detail}"),
     Outcome.FAILED: (logging.ERROR, "job {id} failed: {detail}"),
-    Outcome.LOST_CLAIM: (logging.WARNING, "lost claim on job {id}: {detail}; stopping it"),
+    Outcome.LOST_CLAIM: (logging.WARNING, "lost claim on job {id}: {detail}"),
     Outcome.SHUTDOWN: (logging.INFO, "gave back job {id}: {detail}"),
 }
 
@@ -204,7 +204,7 @@ class Worker:
         except Unrunnable as exc:
             ended = self._give_back(job, str(exc), max_attempts=0)
         except LostClaim:
-            ended = Ended(Outcome.LOST_CLAIM, "its lease was taken back")
+            ended = index_blocks.LOST
         except Stopping:
             return None  # run() gives back every job held
         except (RpcError, ChainDataError) as exc:

@@ -71,3 +71,20 @@ def test_history_is_partitioned_by_time(conn):
         " JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]"
         " WHERE partrelid = 'jobs_history'::regclass").fetchone()
     assert strategy == ("r", "finished_at")
+
+
+def test_work_refuses_a_database_behind_this_version_until_it_is_migrated(db_url, conn, chain_node):
+    # As if the database were last migrated by the previous release.
+    conn.execute("DELETE FROM schema_migrations WHERE version = '004_history_months_ahead'")
+    conn.execute("INSERT INTO jobs (kind, payload) VALUES ('index_blocks', '{\"from\": 0, \"to\": 3}')")
+    env = {"INDEXER_RPC_URL": chain_node.url, "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0"}
+    refused = run_indexer("work", "--drain", "--workers", "1", db_url=db_url, env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        "error: the database lacks migration(s) 004_history_months_ahead: run `indexer migrate` first"), refused.stderr
+    assert conn.execute("SELECT attempts FROM jobs").fetchone() == (0,)  # nothing claimed
+
+    assert run_indexer("migrate", db_url=db_url).returncode == 0
+    worked = run_indexer("work", "--drain", "--workers", "1", db_url=db_url, env=env)
+    assert worked.returncode == 0, worked.stderr
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (4,)

@@ -18,7 +18,7 @@ def test_durations_read_as_people_say_them():
 
 
 def test_nothing_planned_says_so_instead_of_a_speed_and_an_eta():
-    st = Status(AT, IDLE, Progress(0, 0, -1, 0.0, 1.0), 0, [])
+    st = Status(AT, IDLE, Progress(0, 0, 0, -1, 0.0, 1.0), 0, [])
     text = render(st)
     assert "nothing planned" in text
     assert "ETA" not in text and "blocks/s" not in text
@@ -28,7 +28,7 @@ def test_nothing_planned_says_so_instead_of_a_speed_and_an_eta():
 def test_progress_speed_eta_and_failures_are_shown():
     counts = Counts(pending=3, running=1, done=6, failed=1, running_past_lease=0, oldest_pending_age_seconds=2.5)
     failed = [FailedJob(7, "index_blocks", {"from": 0, "to": 9}, 5, "rpc: boom")]
-    st = Status(AT, counts, Progress(100, 60, 59, 2.0, 300.0), 4, failed)
+    st = Status(AT, counts, Progress(100, 60, 40, 59, 2.0, 300.0), 4, failed)
     lines = render(st).splitlines()
     assert lines[:4] == ["pending           3", "running           1", "done              6", "failed            1"]
     assert "60 of 100 indexed (60.0%)" in lines[4]
@@ -41,5 +41,11 @@ def test_progress_speed_eta_and_failures_are_shown():
 
 
 def test_with_nothing_finished_lately_the_eta_is_unknown_not_zero():
-    assert Progress(100, 60, 59, 0.0, 300.0).eta_seconds is None
-    assert Progress(100, 100, 99, 0.0, 300.0).eta_seconds == 0.0
+    assert Progress(100, 60, 40, 59, 0.0, 300.0).eta_seconds is None
+    assert Progress(100, 100, 0, 99, 0.0, 300.0).eta_seconds == 0.0
+
+
+def test_a_failed_job_s_blocks_are_not_remaining_work():
+    # 10 blocks failed, none left to run: the backfill is over, at 90%.
+    done = Progress(100, 90, 0, 99, 0.0, 300.0)
+    assert done.eta_seconds == 0.0 and done.percent_done == 90.0
