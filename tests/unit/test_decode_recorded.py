@@ -1,5 +1,5 @@
 """`indexer.chain.decode` on real answers of real chains, recorded by others
-(tests/data/recorded, provenance in SOURCES.md): the rows must say what the JSON says, and an
+(tests/fixtures, provenance in its README.md): the rows must say what the JSON says, and an
 answer tampered with must be refused. No database, no node, no network.
 
 Every expectation is computed here from the JSON itself; the rows are read back by splitting the
@@ -12,13 +12,15 @@ import json
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
+
+from indexer.testing.fixtures import FIXTURES
 from typing import Any
 
 import pytest
 
 from indexer.chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, ChainDataError, decode
 
-RECORDED = Path(__file__).resolve().parent.parent / "data" / "recorded"
+RECORDED = FIXTURES
 NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))
 COPY_NULL = "\\N"
 
