@@ -12,12 +12,11 @@ import json
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-
-from indexer.testing.fixtures import FIXTURES
 from typing import Any
 
 import pytest
 
+from indexer.testing.fixtures import FIXTURES
 from indexer.chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, ChainDataError, decode
 
 RECORDED = FIXTURES
