@@ -1,17 +1,19 @@
 """Rows -> the chain tables: COPY, straight into the tables or through staging tables and a merge.
 
-A batch is first copied straight into `blocks`, `transactions` and `logs`, inside a savepoint:
-on a first backfill, none of its blocks is stored yet and this is all it takes. If any block is
+A batch is first copied straight into `blocks`, `transactions`, `logs` and `withdrawals`, inside
+a savepoint: on a first backfill, none of its blocks is stored yet and this is all it takes. If any block is
 already there, the primary key refuses the COPY; the savepoint is rolled back and the batch goes
 through session-local staging tables and `INSERT ... ON CONFLICT` instead. (Blocks and their
 contents are written in one transaction, so a block that is not stored has no stored
-transactions or logs either.)
+transactions, logs or withdrawals either.)
 
 Indexing a range again yields the same rows (the queue is at-least-once):
-- a block already stored with the same hash is left alone, and so are its transactions and logs
-  (`ON CONFLICT DO NOTHING`), so a re-run writes no new row versions;
+- a block already stored with the same hash is left alone, and so are its transactions, logs
+  and withdrawals (`ON CONFLICT DO NOTHING`), so a re-run writes no new row versions; this holds
+  for a block stored before schema/005_every_field.sql too, which keeps NULL in the columns that
+  migration added until `indexer verify` has it deleted and indexed again;
 - a block stored with a different hash (the chain reorganised below the safe head, or a node
-  served a fork) is replaced, and its old transactions and logs are deleted first.
+  served a fork) is replaced, and its old transactions, logs and withdrawals are deleted first.
 The caller owns the transaction: the worker puts its heartbeat in the same one, so a worker
 whose claim is gone cannot write anything.
 """
@@ -20,32 +22,38 @@ from __future__ import annotations
 
 import psycopg
 
-from .chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, Rows
+from .chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS, Rows
 
-_B, _T, _L = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS))
+_B, _T, _L, _W = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS,
+                                               WITHDRAWAL_COLUMNS))
 
 # Run once per connection. ON COMMIT DELETE ROWS empties them at every commit.
 CREATE_STAGING_TABLES = """
 CREATE TEMP TABLE IF NOT EXISTS stage_blocks (LIKE blocks) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_transactions (LIKE transactions) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_logs (LIKE logs) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_withdrawals (LIKE withdrawals) ON COMMIT DELETE ROWS;
 """
 
 COPY_NEW_BLOCKS = f"COPY blocks ({_B}) FROM STDIN"
 COPY_NEW_TRANSACTIONS = f"COPY transactions ({_T}) FROM STDIN"
 COPY_NEW_LOGS = f"COPY logs ({_L}) FROM STDIN"
+COPY_NEW_WITHDRAWALS = f"COPY withdrawals ({_W}) FROM STDIN"
 
 COPY_STAGE_BLOCKS = f"COPY stage_blocks ({_B}) FROM STDIN"
 COPY_STAGE_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
 COPY_STAGE_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
+COPY_STAGE_WITHDRAWALS = f"COPY stage_withdrawals ({_W}) FROM STDIN"
 
 # Its own statement, before the merge: within one statement the inserts below would still see
 # the rows this deletes and skip the new versions as conflicts.
 DELETE_REPLACED_BLOCK_CONTENTS = """
 WITH replaced AS (
     SELECT s.number FROM stage_blocks s JOIN blocks b ON b.number = s.number AND b.hash <> s.hash
-), gone AS (
+), gone_transactions AS (
     DELETE FROM transactions WHERE block_number IN (SELECT number FROM replaced)
+), gone_withdrawals AS (
+    DELETE FROM withdrawals WHERE block_number IN (SELECT number FROM replaced)
 )
 DELETE FROM logs WHERE block_number IN (SELECT number FROM replaced)
 """
@@ -58,6 +66,9 @@ WITH merged_blocks AS (
 ), merged_transactions AS (
     INSERT INTO transactions ({_T}) SELECT {_T} FROM stage_transactions
     ON CONFLICT (block_number, transaction_index) DO NOTHING
+), merged_withdrawals AS (
+    INSERT INTO withdrawals ({_W}) SELECT {_W} FROM stage_withdrawals
+    ON CONFLICT (block_number, position) DO NOTHING
 )
 INSERT INTO logs ({_L}) SELECT {_L} FROM stage_logs
 ON CONFLICT (block_number, log_index) DO NOTHING
@@ -80,27 +91,37 @@ def write(conn: psycopg.Connection, rows: Rows) -> None:
     """Writes one batch; call inside the caller's transaction."""
     try:
         with conn.transaction():  # a savepoint
-            _copy_all(conn, rows, COPY_NEW_BLOCKS, COPY_NEW_TRANSACTIONS, COPY_NEW_LOGS)
+            _copy_all(conn, rows, COPY_NEW_BLOCKS, COPY_NEW_TRANSACTIONS, COPY_NEW_LOGS,
+                      COPY_NEW_WITHDRAWALS)
         return
     except psycopg.errors.UniqueViolation:
         pass  # some of these blocks are stored already
-    _copy_all(conn, rows, COPY_STAGE_BLOCKS, COPY_STAGE_TRANSACTIONS, COPY_STAGE_LOGS)
+    _copy_all(conn, rows, COPY_STAGE_BLOCKS, COPY_STAGE_TRANSACTIONS, COPY_STAGE_LOGS,
+              COPY_STAGE_WITHDRAWALS)
     conn.execute(DELETE_REPLACED_BLOCK_CONTENTS)
     conn.execute(MERGE)
 
 
-def _copy_all(conn: psycopg.Connection, rows: Rows, blocks: str, transactions: str, logs: str) -> None:
+def _copy_all(conn: psycopg.Connection, rows: Rows, blocks: str, transactions: str, logs: str,
+              withdrawals: str) -> None:
     _copy(conn, blocks, rows.blocks)
     if rows.transactions:
         _copy(conn, transactions, rows.transactions)
     if rows.logs:
         _copy(conn, logs, rows.logs)
+    if rows.withdrawals:
+        _copy(conn, withdrawals, rows.withdrawals)
 
 
 RECORD_CHAIN_ID = """
 INSERT INTO chain (chain_id) VALUES (%(chain_id)s) ON CONFLICT (singleton) DO NOTHING
 """
 SELECT_CHAIN_ID = "SELECT chain_id FROM chain"
+
+
+def recorded_chain_id(conn: psycopg.Connection) -> int | None:
+    row = conn.execute(SELECT_CHAIN_ID).fetchone()
+    return row[0] if row else None
 
 
 def record_chain_id(conn: psycopg.Connection, chain_id: int) -> int:

@@ -3,7 +3,8 @@
 answer tampered with must be refused. No database, no node, no network.
 
 Every expectation is computed here from the JSON itself; the rows are read back by splitting the
-text COPY lines on tabs, where a bytea is `\\\\x` + hex digits and NULL is `\\N`.
+text COPY lines on tabs, where a bytea is `\\\\x` + hex digits and NULL is `\\N`. (That every key
+of the JSON is kept somewhere is tests/unit/test_every_field.py's walk; here each column is named.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import pytest
 
 from indexer.testing.fixtures import FIXTURES
-from indexer.chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, ChainDataError, decode
+from indexer.chain import (BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS,
+                           ChainDataError, decode)
 
 RECORDED = FIXTURES
 NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))
@@ -77,6 +79,22 @@ def optional_quantity(field: str, value: str | None) -> None:
         assert int(field) == quantity(value)
 
 
+def optional_data(field: str, value: str | None) -> None:
+    optional_bytea(field, value)
+
+
+def hashes(field: str) -> list[bytes] | None:
+    """A bytea[] field of a COPY line: {"\\\\\\\\xab..",...}."""
+    if field == COPY_NULL:
+        return None
+    assert field[0] == "{" and field[-1] == "}", field[:40]
+    return [bytea(item.strip('"').replace("\\\\\\\\", "\\\\")) for item in field[1:-1].split(",") if item]
+
+
+def jsonb(field: str) -> Any:
+    return None if field == COPY_NULL else json.loads(field.replace("\\\\", "\\"))
+
+
 def test_the_recorded_eras_are_all_there():
     assert {"mainnet-0", "mainnet-47218", "mainnet-47219", "mainnet-1755634", "mainnet-1755635",
             "mainnet-18000000", "arbitrum-sepolia-185232421"} <= set(NAMES)
@@ -107,6 +125,19 @@ def test_one_block_row_that_matches_the_json(name):
     assert bytea(row["state_root"]) == data(block["stateRoot"])
     assert bytea(row["transactions_root"]) == data(block["transactionsRoot"])
     assert bytea(row["receipts_root"]) == data(block["receiptsRoot"])
+    # Since schema/005_every_field.sql.
+    assert bytea(row["logs_bloom"]) == data(block["logsBloom"])  # never NULL: NULL marks rows from before 005
+    for column, key in (("nonce", "nonce"), ("mix_hash", "mixHash"), ("sha3_uncles", "sha3Uncles"),
+                        ("withdrawals_root", "withdrawalsRoot"),
+                        ("parent_beacon_block_root", "parentBeaconBlockRoot"), ("requests_hash", "requestsHash")):
+        optional_data(row[column], block.get(key))
+    for column, key in (("difficulty", "difficulty"), ("total_difficulty", "totalDifficulty"),
+                        ("blob_gas_used", "blobGasUsed"), ("excess_blob_gas", "excessBlobGas")):
+        optional_quantity(row[column], block.get(key))
+    withdrawals = block.get("withdrawals")
+    assert row["withdrawal_count"] == (COPY_NULL if withdrawals is None else str(len(withdrawals)))
+    assert len(rows.withdrawals) == len(withdrawals or [])
+    assert hashes(row["uncles"]) == [data(h) for h in block["uncles"]]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -136,6 +167,18 @@ def test_one_transaction_row_per_transaction_in_order(name):
         assert int(row["cumulative_gas_used"]) == quantity(receipt["cumulativeGasUsed"])
         optional_quantity(row["effective_gas_price"], receipt.get("effectiveGasPrice"))
         optional_bytea(row["contract_address"], receipt.get("contractAddress"))
+        # Since schema/005_every_field.sql.
+        for column, key in (("chain_id", "chainId"), ("v", "v"), ("r", "r"), ("s", "s"),
+                            ("y_parity", "yParity"), ("max_fee_per_blob_gas", "maxFeePerBlobGas")):
+            optional_quantity(row[column], tx.get(key))
+        assert hashes(row["blob_versioned_hashes"]) == (
+            None if "blobVersionedHashes" not in tx else [data(h) for h in tx["blobVersionedHashes"]])
+        assert jsonb(row["access_list"]) == tx.get("accessList")
+        assert jsonb(row["authorization_list"]) == tx.get("authorizationList")
+        optional_bytea(row["root"], receipt.get("root"))
+        assert bytea(row["logs_bloom"]) == data(receipt["logsBloom"])
+        optional_quantity(row["blob_gas_used"], receipt.get("blobGasUsed"))
+        optional_quantity(row["blob_gas_price"], receipt.get("blobGasPrice"))
     # What the block says it used is what its transactions used.
     assert sum(int(fields(line, TRANSACTION_COLUMNS)["gas_used"]) for line in rows.transactions) == \
         quantity(block["gasUsed"])
@@ -160,6 +203,21 @@ def test_one_log_row_per_log_with_its_address_and_topics(name):
         assert [bytea(t) for t in topics[:len(log["topics"])]] == [data(t) for t in log["topics"]]
         assert topics[len(log["topics"]):] == [COPY_NULL] * (4 - len(log["topics"]))
         assert bytea(row["data"]) == data(log["data"])
+        assert row["extra"] == COPY_NULL  # no recorded log has a key without a column
+
+
+def test_one_withdrawal_row_per_withdrawal_in_order():
+    block = recorded("mainnet-18000000")["block"]
+    rows = decode_recorded("mainnet-18000000")
+    assert len(rows.withdrawals) == len(block["withdrawals"]) == 16
+    for position, (line, withdrawal) in enumerate(zip(rows.withdrawals, block["withdrawals"])):
+        row = fields(line, WITHDRAWAL_COLUMNS)
+        assert (int(row["block_number"]), int(row["position"])) == (18000000, position)
+        assert int(row["withdrawal_index"]) == quantity(withdrawal["index"])
+        assert int(row["validator_index"]) == quantity(withdrawal["validatorIndex"])
+        assert bytea(row["address"]) == data(withdrawal["address"])
+        assert int(row["amount"]) == quantity(withdrawal["amount"])
+        assert row["extra"] == COPY_NULL
 
 
 def column(rows: list[str], columns: tuple[str, ...], name: str) -> list[str]:
@@ -175,6 +233,7 @@ def test_the_eras_show_in_the_rows():
         rows = decode_recorded(name)
         assert set(column(rows.transactions, TRANSACTION_COLUMNS, "status")) == {COPY_NULL}
         assert set(column(rows.transactions, TRANSACTION_COLUMNS, "type")) == {"0"}
+        assert COPY_NULL not in column(rows.transactions, TRANSACTION_COLUMNS, "root")
         assert column(rows.blocks, BLOCK_COLUMNS, "base_fee_per_gas") == [COPY_NULL]
 
     rows = decode_recorded("mainnet-18000000")
@@ -186,8 +245,22 @@ def test_the_eras_show_in_the_rows():
     assert column(rows.blocks, BLOCK_COLUMNS, "base_fee_per_gas") != [COPY_NULL]
     assert len(rows.logs) > 200
 
+    assert set(column(rows.transactions, TRANSACTION_COLUMNS, "root")) == {COPY_NULL}
+    assert column(rows.blocks, BLOCK_COLUMNS, "withdrawal_count") == ["16"]
+
     rows = decode_recorded("arbitrum-sepolia-185232421")
     assert "106" in column(rows.transactions, TRANSACTION_COLUMNS, "type")  # Arbitrum internal, 0x6a
+    # Arbitrum's own fields are kept in extra.
+    assert set(jsonb(column(rows.blocks, BLOCK_COLUMNS, "extra")[0])) == {"l1BlockNumber", "sendCount", "sendRoot"}
+    assert all({"gasUsedForL1", "l1BlockNumber"} <= set(jsonb(extra))
+               for extra in column(rows.transactions, TRANSACTION_COLUMNS, "receipt_extra"))
+
+    # Parity's own keys, in 2015 blocks: the block's author and seal fields, a transaction's raw
+    # encoding and public key.
+    rows = decode_recorded("mainnet-47218")
+    assert {"author", "sealFields"} <= set(jsonb(column(rows.blocks, BLOCK_COLUMNS, "extra")[0]))
+    assert all({"raw", "publicKey", "standardV"} <= set(jsonb(extra))
+               for extra in column(rows.transactions, TRANSACTION_COLUMNS, "extra"))
 
 
 def test_consecutive_recorded_blocks_decode_as_one_batch():
