@@ -71,8 +71,9 @@ class SafeHead:
         return safe
 
 
-def fetch(client: RpcClient, first: int, last: int) -> Rows:
-    """Blocks `first..last` as rows (in a fetch thread), asked again when the answers disagree."""
+def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool) -> Rows:
+    """Blocks `first..last` as rows (in a fetch thread), asked again when the answers disagree
+    (a root that does not match is such a disagreement)."""
     for attempt in tenacity.Retrying(
         stop=tenacity.stop_after_attempt(CHAIN_DATA_ATTEMPTS),
         wait=tenacity.wait_random_exponential(multiplier=0.2, max=5),
@@ -80,7 +81,7 @@ def fetch(client: RpcClient, first: int, last: int) -> Rows:
         reraise=True,
     ):
         with attempt, metrics.counted.fetch_seconds.time():
-            return chain.fetch(client, first, last)
+            return chain.fetch(client, first, last, verify_roots=verify_roots)
     raise AssertionError("unreachable")
 
 
@@ -119,11 +120,14 @@ def run(worker: Worker, job: Claim) -> Ended:
             store.write(worker.conn, rows)
             if not queue.heartbeat(worker.conn, job, lease_seconds=cfg.lease_seconds, cursor=rows.last + 1):
                 raise LostClaim()
+        worker.endpoint_rates.maybe_record(worker.conn)  # at most every INDEXER_RPC_STATUS_SECONDS
         cursor = rows.last + 1
         written = rows.last - rows.first + 1
         metrics.counted.blocks.inc(written)
         metrics.counted.transactions.inc(len(rows.transactions))
         metrics.counted.logs.inc(len(rows.logs))
+        for reason in rows.unproven:
+            metrics.counted.blocks_unproven.labels(reason).inc()
         if worker.counters:
             worker.counters.add(blocks=written)
 

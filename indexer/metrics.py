@@ -41,7 +41,7 @@ _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 RPC_ERROR_KINDS = ("timeout", "connection", "http", "http_429", "http_4xx", "http_5xx", "invalid_json", "incomplete",
-                   "rpc_error")
+                   "rpc_error", "rate_limited", "too_large", "unsupported", "pruned")
 
 
 class Counted:
@@ -87,6 +87,26 @@ class Counted:
                                            ["endpoint"], registry=None)
         self.rpc_splits = Counter("indexer_rpc_batch_splits", "Batches split in two because the node called them too large",
                                   ["endpoint"], registry=None)
+        self.rpc_rate = Gauge(
+            "indexer_rpc_rate_limit_calls_per_second",
+            "JSON-RPC calls per second the workers allow themselves to send the endpoint now, summed over them: cut on"
+            " rate-limited answers, raised slowly while answers stay clean, at most INDEXER_RPC_RATE_LIMIT each"
+            " (0 while a worker has no limit in force)", ["endpoint"], multiprocess_mode="livesum", registry=None,
+        )
+        self.rpc_batch_size = Gauge("indexer_rpc_batch_size_calls",
+                                    "Most calls sent the endpoint in one HTTP request (smaller once it found one too large)",
+                                    ["endpoint"], multiprocess_mode="livemin", registry=None)
+        self.rpc_unsupported = Gauge("indexer_rpc_method_unsupported",
+                                     "1 for a method the endpoint answered \"method not found\" for", ["endpoint", "method"],
+                                     multiprocess_mode="livemax", registry=None)
+        self.rpc_fallback_calls = Counter(
+            "indexer_rpc_fallback_calls",
+            "Calls of a method the endpoint lacks answered by their fallback instead (eth_getBlockReceipts of a block"
+            " by eth_getTransactionReceipt of each of its transactions)", ["endpoint", "method"], registry=None,
+        )
+        self.blocks_unproven = Counter(
+            "indexer_blocks_unproven", "Blocks written whose roots could not be recomputed (INDEXER_VERIFY_ROOTS),"
+            " by reason", ["reason"], registry=None)
         # -- by the reaper
         self.reaped = Counter("indexer_expired_leases", "Expired leases taken back by the reaper, by what became of the job",
                               ["outcome"], registry=None)

@@ -1,31 +1,46 @@
-"""JSON-RPC client for the hot path: batches, retries, rate limits, several endpoints.
+"""JSON-RPC client for the hot path: batches, retries, failover, rate limits that adapt.
 
 When the project was designed, web3.py's `batch_requests()` reached 2,949 blocks/s on a local
 node where plain HTTP batches parsed with orjson reached 22,053, so the fetch path speaks
 JSON-RPC itself: one `requests` session per thread and endpoint, orjson both ways.
 
-Failure handling, per HTTP request:
-- connection errors, timeouts, HTTP 5xx, bodies that are not JSON (truncated, HTML), answers
-  missing some ids, and per-call errors are retried with exponential backoff and jitter
-  (tenacity), each retry on the next endpoint;
-- HTTP 429 waits for `Retry-After` when the node sends one;
-- a batch the node rejects as too large (HTTP 413, or an error that says so) is split in two,
-  and later batches to that client are kept at the smaller size;
-- "method not found" is final: retrying cannot help.
-Answers are matched by id, so a batch answered out of order is fine.
+`RpcClient.batch(calls)` sends the calls in HTTP requests of at most that endpoint's batch size;
+each request goes to the next endpoint in turn. What a node answers, and what happens then:
+- a result: kept, whatever became of the other calls of the same request;
+- a connection error, a timeout, HTTP 5xx, a body that is not JSON (truncated, HTML), an answer
+  lacking some ids, any other error: the calls still unanswered are asked again, on the next
+  endpoint, after a jittered exponential backoff; `max_attempts` requests in a row that bring no
+  answer at all make an `RpcError`;
+- rate limited (HTTP 429, or a JSON-RPC error saying so: Alchemy's 429 "...exceeded its compute
+  units per second capacity", Infura's -32005 "project ID request rate exceeded", -32029, "rate
+  limit", "too many requests"): that endpoint's rate is cut at once, and raised slowly while its
+  answers stay clean (`AdaptiveRate`); `Retry-After` (or Infura's `backoff_seconds`) is honoured
+  before that endpoint is asked again;
+- too large (HTTP 413, a batch refused as a whole, or go-ethereum's -32003 "response too large"
+  on the calls past its `BatchResponseMaxSize`): the answered calls are kept and the others
+  asked again in smaller requests; that endpoint's batch size stays at the smaller size;
+- a method the endpoint lacks (-32601, or a text saying so): learned for that endpoint, logged
+  once and shown in `indexer_rpc_method_unsupported`; its calls go at once to an endpoint that
+  has it, or, with a `Fallback`, are answered by the fallback's calls on any endpoint;
+- history the endpoint has pruned (4444 "pruned history unavailable", erigon's "old data not
+  available due to pruning", ...): those calls go at once to the other endpoints.
+When no endpoint can answer a call, for the last two reasons, the batch fails at once with an
+`RpcError` that says why. Answers are matched by id, so a batch answered out of order is fine.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 import requests
-import tenacity
 
 from . import metrics
 from .errors import IndexerError
@@ -35,58 +50,198 @@ log = logging.getLogger(__name__)
 
 Call = tuple[str, Sequence[Any]]
 
-_TOO_LARGE_HINTS = ("too large", "too many", "batch limit", "batch size", "exceeds")
-_METHOD_NOT_FOUND = -32601
 _MAX_RETRY_AFTER = 120.0
+
+# How a JSON-RPC error is read. Sources of the texts and codes:
+# - go-ethereum rpc/errors.go: -32601 "the method %s does not exist/is not available"; -32003
+#   "response too large" (each call left once a batch's answers pass BatchResponseMaxSize,
+#   rpc/handler.go); -32600 "batch too large" (past BatchRequestLimit, answered once with the id
+#   of the first call); core/history/historymode.go: 4444 "pruned history unavailable".
+# - erigon: "batch limit %d exceeded (can increase by --rpc.batch.limit)"; db/state
+#   PrunedError "old data not available due to pruning".
+# - jsonrpsee (reth): "Request is too big", "Response is too big", "The batch request was too
+#   large", "The batch response was too large", "Batched requests are not supported by the server".
+# - nethermind: "Receipts for block N ... are neither stored nor reproducible from state history."
+# - providers: Alchemy 429 "Your app has exceeded its compute units per second capacity"
+#   (alchemy.com/docs/reference/throughput); Infura -32005 "daily request count exceeded, request
+#   rate limited" and "project ID request rate exceeded" with data.backoff_seconds
+#   (docs.infura.io, avoid rate limiting); QuickNode -32007 "100/second request limit reached",
+#   -32012 "credits limited to 6000/sec", Alchemy -32016 "rate limit" (alloy-rs/alloy
+#   ErrorPayload::is_retry_err); dRPC "no available upstreams"; zksync "Block with such an ID is
+#   pruned", sei "height is not available" (drpcorg/dshackle lower-bound detectors); -32029 "too
+#   many requests" (tRPC's code, used by JSON-RPC gateways).
+_METHOD_NOT_FOUND = -32601
+_PRUNED_HISTORY = 4444
+_RATE_LIMITED_CODES = frozenset({429, -32005, -32029})
+_UNSUPPORTED_TEXT = re.compile(
+    r"method\b[^.]*?(not (found|available|supported|allowed|implemented)|does not exist|unsupported)"
+    r"|unsupported method|not whitelisted")
+_PRUNED_TEXT = re.compile(
+    r"prun|histor(y|ical)\b[^.]*?(not |un)available|neither stored nor reproducible|no available upstreams"
+    r"|height is not available")
+_TOO_LARGE_TEXT = re.compile(
+    r"too (large|big)|response size|batch (size|limit)|size limit|max(imum)? batch|batch[^.]*?(exceed|not supported)"
+    r"|too many (calls|requests) in (a |the )?batch|(response|body|payload)[^.]*?exceed")
+_RATE_LIMITED_TEXT = re.compile(
+    r"rate.?limit|rate exceeded|too many requests|credits limited|request limit|capacity|throttl|limit exceeded"
+    r"|quota|server is busy|overloaded")
+
+# What became of a call (and metric `kind` labels of indexer_rpc_errors).
+UNSUPPORTED, PRUNED, TOO_LARGE, RATE_LIMITED, ERROR = "unsupported", "pruned", "too_large", "rate_limited", "rpc_error"
+
+
+def classify(code: Any, message: str) -> str:
+    """What a JSON-RPC error means for the client: UNSUPPORTED (the endpoint lacks the method),
+    PRUNED (it no longer has that history), TOO_LARGE (ask for less at a time), RATE_LIMITED, or
+    ERROR (anything else: worth another try)."""
+    text = message.lower()
+    if code == _METHOD_NOT_FOUND or _UNSUPPORTED_TEXT.search(text):
+        return UNSUPPORTED
+    if code == _PRUNED_HISTORY or _PRUNED_TEXT.search(text):
+        return PRUNED
+    if _TOO_LARGE_TEXT.search(text):
+        return TOO_LARGE
+    if code in _RATE_LIMITED_CODES or _RATE_LIMITED_TEXT.search(text):
+        return RATE_LIMITED
+    return ERROR
 
 
 class RpcError(IndexerError):
     """The node could not give an answer, even after retries, or the call can never succeed."""
 
 
-class TransientRpcError(Exception):
-    """Worth another try, perhaps on another endpoint, perhaps after `retry_after` seconds.
-    `kind` is the metric label of the failure."""
+@dataclass(frozen=True)
+class Fallback:
+    """How to answer calls of `method` on an endpoint that lacks it: `expand` turns one such call
+    into calls of `instead` (any number, even none), and `combine` turns their results, in order,
+    into the result the call would have had."""
 
-    def __init__(self, message: str, kind: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.retry_after = retry_after
-
-
-class BatchTooLarge(Exception):
-    def __init__(self, endpoint: str) -> None:
-        super().__init__(f"{endpoint}: batch too large")
-        self.endpoint = endpoint
+    method: str
+    instead: str
+    expand: Callable[[Call], list[Call]]
+    combine: Callable[[list[Any]], Any] = list
 
 
-class RateLimiter:
-    """Token bucket of `rate` calls per second (bursts up to one second's worth)."""
+class AdaptiveRate:
+    """The calls per second one endpoint is sent by this process: a token bucket (bursts of up to
+    one second's worth) whose rate adapts to the endpoint's rate limit, so that nobody needs to
+    know that limit.
 
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._tokens = rate
-        self._stamp = time.monotonic()
+    It starts at `ceiling`, or with no limit at all when there is none. A rate-limited answer
+    cuts it at once to DECREASE times what was being sent (the rate in force, or the rate
+    measured over the last WINDOW seconds if lower); answers to requests sent before that cut
+    cut nothing more, so one burst of refusals counts once. With no limit in force and less than
+    a second of sending to measure, a refusal only holds calls back for HOLD seconds: a rate
+    measured from a call or two would be far too low for the batches that follow. Each
+    RAISE_EVERY seconds of clean answers in which the limit held calls back, it grows by a fixed
+    step (STEP_SHARE of the rate the last cut left, at least MIN_STEP), never past `ceiling`. A
+    Retry-After holds every call back until it has passed."""
+
+    DECREASE = 0.7
+    STEP_SHARE = 0.05
+    MIN_STEP = 5.0
+    RAISE_EVERY = 1.0
+    FLOOR = 1.0
+    WINDOW = 5.0
+    HOLD = 1.0
+
+    def __init__(self, ceiling: float | None = None, on_change: Callable[[float | None], None] | None = None) -> None:
+        self.ceiling = ceiling if ceiling and ceiling > 0 else None
+        self.rate: float | None = self.ceiling  # None: no limit in force
+        self.on_change = on_change
         self._lock = threading.Lock()
+        now = time.monotonic()
+        self._tokens = self.rate or 0.0
+        self._stamp = now
+        self._not_before = 0.0
+        self._last_cut = float("-inf")
+        self._last_raise = now
+        self._step = self.MIN_STEP
+        self._held_back = False  # since the last raise
+        self._sent: deque[tuple[float, int]] = deque()  # (time, calls) over the last WINDOW seconds
 
-    def acquire(self, n: int) -> float:
-        """Takes `n` tokens, sleeping as long as needed; returns the seconds slept."""
+    def acquire(self, calls: int) -> tuple[float, float]:
+        """Waits until `calls` calls may be sent; returns the seconds waited and the time
+        (monotonic) they are sent at, which `limited` and `clean` are later given."""
         with self._lock:
             now = time.monotonic()
-            self._tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
-            self._tokens -= n
-            wait = -self._tokens / self.rate if self._tokens < 0 else 0.0
-        if wait:
+            wait = max(0.0, self._not_before - now)
+            if self.rate is not None:
+                self._tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate)
+                self._stamp = now
+                self._tokens -= calls
+                if self._tokens < 0:
+                    self._held_back = True
+                    wait = max(wait, -self._tokens / self.rate)
+            self._sent.append((now + wait, calls))
+        if wait > 0:
             time.sleep(wait)
-        return wait
+        return wait, now + wait
+
+    def limited(self, sent_at: float, retry_after: float | None = None) -> bool:
+        """A rate-limited answer to calls sent at `sent_at`; returns whether it cut the rate."""
+        with self._lock:
+            now = time.monotonic()
+            if retry_after is not None:
+                self._not_before = max(self._not_before, now + min(retry_after, _MAX_RETRY_AFTER))
+            if sent_at < self._last_cut:
+                return False
+            measured = self._measured(now)
+            if measured is None and self.rate is None:
+                self._not_before = max(self._not_before, now + (self.HOLD if retry_after is None else 0.0))
+                return False
+            if measured is None:
+                base = self.rate
+            elif self.rate is None:
+                base = measured
+            else:
+                base = min(self.rate, measured)
+            rate = max(self.FLOOR, base * self.DECREASE)
+            if self.ceiling is not None:
+                rate = min(rate, self.ceiling)
+            self.rate = rate
+            self._tokens = min(self._tokens, 0.0)  # what is left of the burst goes too
+            self._stamp = now
+            self._last_cut = self._last_raise = now
+            self._step = max(self.MIN_STEP, self.STEP_SHARE * rate)
+            self._held_back = False
+        if self.on_change:
+            self.on_change(rate)
+        return True
+
+    def clean(self) -> None:
+        """A clean answer: the rate grows by a step if the last one was RAISE_EVERY ago and the
+        limit held calls back since (a limit nobody reaches is not raised)."""
+        with self._lock:
+            now = time.monotonic()
+            if self.rate is None or now - self._last_raise < self.RAISE_EVERY:
+                return
+            self._last_raise = now
+            if not self._held_back or (self.ceiling is not None and self.rate >= self.ceiling):
+                return
+            self._held_back = False
+            rate = self.rate + self._step
+            self.rate = rate = min(rate, self.ceiling) if self.ceiling is not None else rate
+        if self.on_change:
+            self.on_change(rate)
+
+    def _measured(self, now: float) -> float | None:
+        """Calls per second sent over the last WINDOW seconds; None with less than a second of
+        sending to measure."""
+        while self._sent and self._sent[0][0] < now - self.WINDOW:
+            self._sent.popleft()
+        if not self._sent or now - self._sent[0][0] < 1.0:
+            return None
+        return sum(n for _, n in self._sent) / (now - self._sent[0][0])
 
 
-@dataclass
+@dataclass(eq=False)
 class Endpoint:
     url: str
     label: str
-    limiter: RateLimiter | None
+    max_batch: int
+    rate: AdaptiveRate
+    unsupported: set[str] = field(default_factory=set)  # methods it answered "method not found" for
     _local: threading.local = field(default_factory=threading.local)
 
     def session(self) -> requests.Session:
@@ -95,6 +250,104 @@ class Endpoint:
             s = self._local.session = requests.Session()
             s.headers["Content-Type"] = "application/json"
         return s
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One call still to answer: a call of the caller (`part` None), or one of the calls its
+    fallback expanded it into."""
+
+    call: Call
+    owner: int
+    part: int | None = None
+    excluded: set[int] = field(default_factory=set)  # ids of the endpoints that cannot answer it
+    why: str = ""  # why the last of them cannot
+
+
+class _Refused(Exception):
+    """A whole request failed. `kind` is its metric label."""
+
+    def __init__(self, message: str, kind: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+        self.sent_at = 0.0
+
+
+@dataclass
+class _Failed:
+    """A call answered with an error, or, for the whole request, what went wrong."""
+
+    kind: str
+    message: str
+    retry_after: float | None = None
+
+
+_MISSING = object()
+
+
+class _Work:
+    """The calls of one `RpcClient.batch` still unanswered, and the results so far."""
+
+    def __init__(self, calls: Sequence[Call], fallback: Fallback | None) -> None:
+        self.fallback = fallback
+        self.results: list[Any] = [_MISSING] * len(calls)
+        self.parts: dict[int, list[Any]] = {}  # owner -> results of its fallback's calls
+        self.pending = [_Slot(call, i) for i, call in enumerate(calls)]
+
+    def takes(self, endpoint: Endpoint, slot: _Slot) -> bool:
+        """Whether `endpoint` may be asked `slot` (itself or through the fallback)."""
+        if id(endpoint) in slot.excluded:
+            return False
+        method = slot.call[0]
+        return method not in endpoint.unsupported or self._falls_back(slot)
+
+    def _falls_back(self, slot: _Slot) -> bool:
+        return self.fallback is not None and slot.call[0] == self.fallback.method and slot.part is None
+
+    def draw(self, endpoint: Endpoint) -> list[_Slot]:
+        """The calls to send `endpoint` next, at most its batch size; a call of a method it lacks
+        is replaced, in `pending`, by its fallback's calls."""
+        chunk: list[_Slot] = []
+        i = 0
+        while i < len(self.pending) and len(chunk) < endpoint.max_batch:
+            slot = self.pending[i]
+            if not self.takes(endpoint, slot):
+                i += 1
+            elif slot.call[0] in endpoint.unsupported:
+                assert self.fallback is not None
+                calls = self.fallback.expand(slot.call)
+                metrics.counted.rpc_fallback_calls.labels(endpoint.label, slot.call[0]).inc()
+                self.pending[i:i + 1] = [_Slot(c, slot.owner, j) for j, c in enumerate(calls)]
+                self.parts[slot.owner] = [_MISSING] * len(calls)
+                if not calls:
+                    self.results[slot.owner] = self.fallback.combine([])
+            else:
+                chunk.append(slot)
+                i += 1
+        return chunk
+
+    def keep(self, slot: _Slot, result: Any) -> None:
+        if slot.part is None:
+            self.results[slot.owner] = result
+            return
+        mine = self.parts[slot.owner]
+        mine[slot.part] = result
+        if self.fallback is not None and _MISSING not in mine:
+            self.results[slot.owner] = self.fallback.combine(mine)
+
+    def answered(self, slots: list[_Slot]) -> None:
+        done = {id(s) for s in slots}
+        self.pending = [s for s in self.pending if id(s) not in done]
+
+    def why_not(self, endpoints: list[Endpoint]) -> str:
+        """Why the first pending call cannot be answered by any endpoint."""
+        slot = self.pending[0]
+        method, params = slot.call
+        if all(method in e.unsupported for e in endpoints):
+            return f"{method} is not supported by the node ({slot.why or 'method not found'})"
+        shown = ", ".join(str(p)[:70] for p in params)
+        return f"{method}({shown}): no endpoint can answer it; last: {slot.why}"
 
 
 class RpcClient:
@@ -108,15 +361,20 @@ class RpcClient:
         rate_limit: float = 0.0,
         backoff_max: float = 10.0,
     ) -> None:
-        self.endpoints = [
-            Endpoint(u, endpoint_label(u), RateLimiter(rate_limit) if rate_limit > 0 else None) for u in urls
-        ]
-        for endpoint in self.endpoints:
-            metrics.counted.endpoint(endpoint.label)
+        """`rate_limit`: the most calls per second each endpoint is sent (0: no ceiling; the
+        rates adapt below it); `max_batch`: calls per HTTP request until an endpoint wants fewer."""
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.max_batch = max_batch
         self.backoff_max = backoff_max
+        self.endpoints: list[Endpoint] = []
+        for url in urls:
+            label = endpoint_label(url)
+            metrics.counted.endpoint(label)
+            rate = AdaptiveRate(rate_limit or None, on_change=self._show_rate(label))
+            self.endpoints.append(Endpoint(url, label, max_batch, rate))
+            metrics.counted.rpc_rate.labels(label).set(rate.rate or 0)
+            metrics.counted.rpc_batch_size.labels(label).set(max_batch)
         self._next = 0
         self._lock = threading.Lock()
 
@@ -125,27 +383,62 @@ class RpcClient:
     def call(self, method: str, *params: Any) -> Any:
         return self.batch([(method, params)])[0]
 
-    def batch(self, calls: Sequence[Call]) -> list[Any]:
-        """Results in the order of `calls`."""
-        results: list[Any] = []
-        for i in range(0, len(calls), self.max_batch):
-            results.extend(self._batch(calls[i : i + self.max_batch]))
-        return results
+    def batch(self, calls: Sequence[Call], *, fallback: Fallback | None = None) -> list[Any]:
+        """Results in the order of `calls`. With `fallback`, calls of `fallback.method` that an
+        endpoint lacks are answered through the fallback's calls instead."""
+        work = _Work(calls, fallback)
+        failures = 0  # requests in a row that brought no answer
+        while work.pending:
+            endpoint = self._pick()
+            chunk = work.draw(endpoint)
+            if not chunk:  # (or every call left went to a fallback of no calls)
+                if work.pending and not any(work.takes(e, s) for s in work.pending for e in self.endpoints):
+                    raise RpcError(work.why_not(self.endpoints))
+                continue  # the next endpoint can
+            try:
+                answers, sent_at = self._request(endpoint, chunk)
+            except _Refused as exc:
+                metrics.counted.rpc_errors.labels(endpoint.label, exc.kind).inc()
+                answered, error = 0, self._refused(endpoint, chunk, exc)
+            else:
+                answered, error = self._absorb(endpoint, work, chunk, answers, sent_at)
+            if answered:
+                failures = 0
+            if error is None or answered:
+                continue  # what is left is asked at once
+            failures += 1
+            if failures >= self.max_attempts:
+                raise RpcError(f"{len(work.pending)} call(s) failed after {failures} attempts; last: {error.message}")
+            metrics.counted.rpc_retries.labels(endpoint.label).inc()
+            log.info("rpc attempt %d failed (%s); retrying", failures, error.message)
+            if error.kind not in (RATE_LIMITED, "http_429"):  # the rate limiter does the waiting for those
+                self._backoff(failures)
+        return work.results
+
+    def rates(self) -> dict[str, float | None]:
+        """The calls per second each endpoint is allowed now (None: no limit in force)."""
+        return {e.label: e.rate.rate for e in self.endpoints}
+
+    def lacking(self) -> dict[str, list[str]]:
+        """The methods each endpoint is known to lack."""
+        return {e.label: sorted(e.unsupported) for e in self.endpoints}
+
+    def learn(self, label: str, methods: Sequence[str]) -> None:
+        """Takes as known that the endpoint `label` lacks `methods` (found by other workers): it
+        is not asked them, and nothing is logged."""
+        for endpoint in self.endpoints:
+            if endpoint.label == label:
+                with self._lock:
+                    new = set(methods) - endpoint.unsupported
+                    endpoint.unsupported |= new
+                for method in new:
+                    metrics.counted.rpc_unsupported.labels(label, method).set(1)
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _batch(self, calls: Sequence[Call]) -> list[Any]:
-        try:
-            return self._with_retries(calls)
-        except BatchTooLarge as exc:
-            metrics.counted.rpc_splits.labels(exc.endpoint).inc()
-            if len(calls) == 1:
-                raise RpcError(f"the node rejects even a single {calls[0][0]} call as too large") from None
-            half = len(calls) // 2
-            with self._lock:
-                self.max_batch = max(1, min(self.max_batch, half))
-            log.warning("node rejected a batch of %d calls as too large; splitting (now at most %d)", len(calls), self.max_batch)
-            return self._batch(calls[:half]) + self._batch(calls[half:])
+    @staticmethod
+    def _show_rate(label: str) -> Callable[[float | None], None]:
+        return lambda rate: metrics.counted.rpc_rate.labels(label).set(rate or 0)
 
     def _pick(self) -> Endpoint:
         with self._lock:
@@ -153,105 +446,188 @@ class RpcClient:
             self._next += 1
         return endpoint
 
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, TransientRpcError) and exc.retry_after is not None:
-            return min(exc.retry_after, _MAX_RETRY_AFTER)
-        return tenacity.wait_random_exponential(multiplier=0.05, max=self.backoff_max)(state)
+    def _backoff(self, failures: int) -> None:
+        """Full jitter: up to 0.05 s, 0.1 s, 0.2 s, ... at most `backoff_max`."""
+        time.sleep(random.uniform(0, min(self.backoff_max, 0.05 * 2 ** (failures - 1))))
 
-    def _with_retries(self, calls: Sequence[Call]) -> list[Any]:
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.max_attempts),
-            wait=self._wait,
-            retry=tenacity.retry_if_exception_type(TransientRpcError),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
+    def _refused(self, endpoint: Endpoint, chunk: list[_Slot], exc: _Refused) -> _Failed | None:
+        """A request failed as a whole: what to retry it for (None: asked again at once)."""
+        if exc.kind == TOO_LARGE:
+            self._too_large(endpoint, chunk, answered=0, why=str(exc))
+            return None
+        if exc.kind in (RATE_LIMITED, "http_429"):
+            endpoint.rate.limited(exc.sent_at, exc.retry_after)
+        return _Failed(exc.kind, str(exc))
+
+    def _absorb(self, endpoint: Endpoint, work: _Work, chunk: list[_Slot], answers: list[Any],
+                sent_at: float) -> tuple[int, _Failed | None]:
+        """Keeps the results of one request and learns from its errors; returns how many calls
+        it answered, and what to retry the others for (None: asked again at once)."""
+        answered: list[_Slot] = []
+        kinds: set[str] = set()
+        error: _Failed | None = None
+        retry_after: float | None = None
+        for slot, answer in zip(chunk, answers):
+            if answer is _MISSING:
+                kinds.add("incomplete")
+            elif not isinstance(answer, _Failed):
+                work.keep(slot, answer)
+                answered.append(slot)
+            else:
+                kinds.add(answer.kind)
+                method = slot.call[0]
+                if answer.kind == UNSUPPORTED:
+                    slot.why = f"{endpoint.label}: {answer.message[:200]}"
+                    self._learn(endpoint, method, answer.message, work.fallback)
+                elif answer.kind == PRUNED:
+                    slot.why = f"{endpoint.label}: {answer.message[:200]}"
+                    slot.excluded.add(id(endpoint))
+                elif answer.kind == RATE_LIMITED:
+                    retry_after = answer.retry_after if retry_after is None else retry_after
+                    error = error or _Failed(RATE_LIMITED, f"{endpoint.label}: {method}: {answer.message[:200]}")
+                elif answer.kind != TOO_LARGE:
+                    error = error or _Failed(answer.kind, f"{endpoint.label}: {method} failed: {answer.message[:200]}")
+        work.answered(answered)
+        if TOO_LARGE in kinds:
+            # go-ethereum answers a batch past its request limit with one error, for the first id.
+            kinds.discard("incomplete")
+            done = {id(s) for s in answered}
+            self._too_large(endpoint, [s for s in chunk if id(s) not in done], answered=len(answered),
+                            why=f"{endpoint.label}: response too large", size=len(chunk))
+        if "incomplete" in kinds and error is None:
+            error = _Failed("incomplete", f"{endpoint.label}: answer lacks some of {len(chunk)} results")
+        for kind in kinds:
+            metrics.counted.rpc_errors.labels(endpoint.label, kind).inc()
+        if RATE_LIMITED in kinds:
+            endpoint.rate.limited(sent_at, retry_after)
+        elif answered:
+            endpoint.rate.clean()
+        return len(answered), error
+
+    def _learn(self, endpoint: Endpoint, method: str, message: str, fallback: Fallback | None) -> None:
+        with self._lock:
+            if method in endpoint.unsupported:
+                return
+            endpoint.unsupported.add(method)
+        metrics.counted.rpc_unsupported.labels(endpoint.label, method).set(1)
+        if fallback is not None and method == fallback.method:
+            then = f"asking {fallback.instead} instead"
+        elif len(self.endpoints) > 1:
+            then = "asking the other endpoints"
+        else:
+            then = "no other endpoint to ask"
+        log.warning("%s does not support %s (%s); %s", endpoint.label, method, message[:120], then)
+
+    def _too_large(self, endpoint: Endpoint, unanswered: list[_Slot], *, answered: int, why: str,
+                   size: int | None = None) -> None:
+        """`endpoint` found a request of `size` calls too large: its batch size shrinks to what it
+        answered (or to half); a call too large on its own goes to the other endpoints."""
+        size = size or len(unanswered)
+        metrics.counted.rpc_splits.labels(endpoint.label).inc()
+        if size == 1:
+            for slot in unanswered:
+                slot.excluded.add(id(endpoint))
+                slot.why = f"{why}, even for a single {slot.call[0]} call"
+            return
+        smaller = answered or size // 2
+        with self._lock:
+            if smaller >= endpoint.max_batch:
+                return
+            endpoint.max_batch = max(1, smaller)
+        metrics.counted.rpc_batch_size.labels(endpoint.label).set(endpoint.max_batch)
+        log.warning("%s found a batch of %d calls too large; sending it at most %d from now on",
+                    endpoint.label, size, endpoint.max_batch)
+
+    def _request(self, endpoint: Endpoint, chunk: list[_Slot]) -> tuple[list[Any], float]:
+        """One HTTP request: for each call of `chunk` its result, a `_Failed`, or `_MISSING`;
+        and when it was sent. Raises `_Refused` when the request failed as a whole."""
+        waited, sent_at = endpoint.rate.acquire(len(chunk))
+        if waited:
+            metrics.counted.rpc_rate_limit_wait.labels(endpoint.label).inc(waited)
         try:
-            for attempt in retrying:
-                with attempt:
-                    endpoint = self._pick()
-                    try:
-                        return self._send(endpoint, calls)
-                    except TransientRpcError as exc:
-                        metrics.counted.rpc_errors.labels(endpoint.label, exc.kind).inc()
-                        if attempt.retry_state.attempt_number < self.max_attempts:
-                            metrics.counted.rpc_retries.labels(endpoint.label).inc()
-                        raise
-        except TransientRpcError as exc:
-            raise RpcError(f"{len(calls)} call(s) failed after {self.max_attempts} attempts; last: {exc}") from None
-        raise AssertionError("unreachable")
+            return self._post(endpoint, chunk), sent_at
+        except _Refused as exc:
+            exc.sent_at = sent_at
+            raise
 
-    @staticmethod
-    def _log_retry(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.info("rpc attempt %d failed (%s); retrying", state.attempt_number, exc)
-
-    def _send(self, endpoint: Endpoint, calls: Sequence[Call]) -> list[Any]:
-        if endpoint.limiter:
-            waited = endpoint.limiter.acquire(len(calls))
-            if waited:
-                metrics.counted.rpc_rate_limit_wait.labels(endpoint.label).inc(waited)
-        body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": m, "params": list(p)} for i, (m, p) in enumerate(calls)])
+    def _post(self, endpoint: Endpoint, chunk: list[_Slot]) -> list[Any]:
+        body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": s.call[0], "params": list(s.call[1])}
+                             for i, s in enumerate(chunk)])
         where = endpoint.label
-        methods = {m for m, _ in calls}
+        methods = {s.call[0] for s in chunk}
         method = methods.pop() if len(methods) == 1 else "mixed"
         started = time.perf_counter()
         try:
-            resp = endpoint.session().post(endpoint.url, data=body, timeout=self.timeout)
+            try:
+                resp = endpoint.session().post(endpoint.url, data=body, timeout=self.timeout)
+            finally:
+                metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
         except requests.Timeout:
-            raise TransientRpcError(f"{where}: no answer within {self.timeout:g} s", "timeout") from None
+            raise _Refused(f"{where}: no answer within {self.timeout:g} s", "timeout") from None
         except requests.ConnectionError:
-            raise TransientRpcError(f"{where}: connection failed", "connection") from None
+            raise _Refused(f"{where}: connection failed", "connection") from None
         except requests.RequestException as exc:  # its text may hold the full URL, key and all
-            raise TransientRpcError(f"{where}: {type(exc).__name__}", "http") from None
-        finally:
-            metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
-        if resp.status_code == 429:
-            raise TransientRpcError(f"{where}: HTTP 429 rate limited", "http_429", _retry_after(resp.headers.get("Retry-After")))
-        if resp.status_code == 413:
-            raise BatchTooLarge(where)
-        if resp.status_code != 200:
-            if _says_too_large(resp.text):
-                raise BatchTooLarge(where)
-            raise TransientRpcError(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
+            raise _Refused(f"{where}: {type(exc).__name__}", "http") from None
         try:
             answer = orjson.loads(resp.content)
         except orjson.JSONDecodeError:
-            raise TransientRpcError(f"{where}: answer is not JSON: {resp.content[:40]!r}", "invalid_json") from None
-        if isinstance(answer, dict):  # one error object for the whole batch
-            error = answer.get("error") or {}
-            if _says_too_large(str(error.get("message", ""))):
-                raise BatchTooLarge(where)
-            raise TransientRpcError(f"{where}: batch refused: {str(error)[:200] or str(answer)[:200]}", "rpc_error")
+            answer = None
+        if resp.status_code == 429:
+            retry_after = _retry_after(resp.headers.get("Retry-After"))
+            if retry_after is None and isinstance(answer, dict):
+                retry_after = _backoff_seconds(answer.get("error"))
+            raise _Refused(f"{where}: HTTP 429 rate limited", "http_429", retry_after)
+        if resp.status_code == 413:
+            raise _Refused(f"{where}: HTTP 413 request too large", TOO_LARGE)
+        if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+            # One error for the whole request, whatever the HTTP status.
+            error = answer["error"]
+            message = str(error.get("message", ""))
+            kind = classify(error.get("code"), message)
+            if kind in (TOO_LARGE, RATE_LIMITED):
+                raise _Refused(f"{where}: batch refused: {message[:200]}", kind, _backoff_seconds(error))
+            if kind == PRUNED or kind == UNSUPPORTED and len({s.call[0] for s in chunk}) == 1:
+                return [_Failed(kind, message) for _ in chunk]
+            if resp.status_code == 200:
+                raise _Refused(f"{where}: batch refused: {str(error)[:200]}", ERROR)
+            raise _Refused(f"{where}: HTTP {resp.status_code}: {str(error)[:200]}", f"http_{resp.status_code // 100}xx")
+        if resp.status_code != 200:
+            text = resp.text[:300]
+            if classify(None, text) == TOO_LARGE:
+                raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", TOO_LARGE)
+            if classify(None, text) == RATE_LIMITED:
+                raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", RATE_LIMITED,
+                               _retry_after(resp.headers.get("Retry-After")))
+            raise _Refused(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
+        if answer is None:
+            raise _Refused(f"{where}: answer is not JSON: {resp.content[:40]!r}", "invalid_json")
+        if isinstance(answer, dict) and "result" in answer:  # a batch of one answered without its list
+            answer = [answer]
         if not isinstance(answer, list):
-            raise TransientRpcError(f"{where}: answer is neither a list nor an object", "invalid_json")
+            raise _Refused(f"{where}: answer is neither a list nor an error", "invalid_json")
         by_id: dict[Any, Any] = {}
         for item in answer:
             if isinstance(item, dict) and "id" in item:
                 by_id[item["id"]] = item
-        results = []
-        for i, (method, _) in enumerate(calls):
+        results: list[Any] = []
+        for i in range(len(chunk)):
             item = by_id.get(i)
             if item is None:
-                raise TransientRpcError(f"{where}: answer lacks {len(calls) - len(by_id)} of {len(calls)} results", "incomplete")
-            if "error" in item and item["error"] is not None:
+                results.append(_MISSING)
+            elif item.get("error") is not None:
                 error = item["error"]
-                message = str(error.get("message", error)) if isinstance(error, dict) else str(error)
-                if isinstance(error, dict) and error.get("code") == _METHOD_NOT_FOUND:
-                    raise RpcError(f"{where}: {method} is not supported by the node: {message}")
-                if _says_too_large(message):
-                    raise BatchTooLarge(where)
-                raise TransientRpcError(f"{where}: {method} failed: {message[:200]}", "rpc_error")
-            if "result" not in item:
-                raise TransientRpcError(f"{where}: {method} answer has neither result nor error", "invalid_json")
-            results.append(item["result"])
+                if isinstance(error, dict):
+                    message = str(error.get("message", error))
+                    results.append(_Failed(classify(error.get("code"), message), message, _backoff_seconds(error)))
+                else:
+                    results.append(_Failed(classify(None, str(error)), str(error)))
+            elif "result" not in item:
+                results.append(_Failed("invalid_json", "answer has neither result nor error"))
+            else:
+                results.append(item["result"])
+        if all(r is _MISSING for r in results):
+            raise _Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
         return results
-
-
-def _says_too_large(text: str) -> bool:
-    text = text.lower()
-    return "batch" in text and any(h in text for h in _TOO_LARGE_HINTS)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -260,4 +636,11 @@ def _retry_after(value: str | None) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
-        return None  # an HTTP date: rare from nodes; fall back to our own backoff
+        return None  # an HTTP date: rare from nodes; the limiter's own wait applies
+
+
+def _backoff_seconds(error: Any) -> float | None:
+    """Infura's `data.backoff_seconds` in a rate-limit error."""
+    data = error.get("data") if isinstance(error, dict) else None
+    value = data.get("backoff_seconds") if isinstance(data, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     defer_seconds: float = Field(15.0, ge=0, description="wait before retrying a job that reaches past the safe head")
     confirmations: int = Field(12, ge=0, description="blocks below the head treated as safe when the node has no finalized block")
     use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
+    verify_roots: bool = Field(
+        False, description="recompute each block's transactions, receipts and withdrawals roots before writing it"
+        " (off by default: it adds about a third to a worker's CPU per dense block; BENCHMARKS.md)")
 
     metrics_port: int = Field(9400, ge=0, le=65535, description="port of /metrics for `indexer work` and `indexer monitor`; 0: none")
     db_metrics: bool = Field(True, description="`indexer work` computes the database-wide gauges (turn off where `indexer monitor` runs)")
@@ -60,6 +63,9 @@ class Settings(BaseSettings):
     rpc_timeout: float = Field(30.0, gt=0, description="seconds to wait for one HTTP answer")
     rpc_max_attempts: int = Field(8, gt=0, description="tries per JSON-RPC batch before the job is given back")
     rpc_rate_limit: float = Field(0.0, ge=0, description="JSON-RPC calls per second per endpoint; 0 for no limit")
+    rpc_status_seconds: float = Field(
+        10.0, gt=0, description="how often each worker records, for `indexer status`, the rate each endpoint allows it"
+    )
 
     @field_validator("rpc_url")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from . import progress, queue
+from . import endpoints, progress, queue
 from .progress import Progress
 
 # On a terminal, --watch redraws in place: cursor home, clear to the end of the screen.
@@ -26,6 +26,7 @@ class Status:
     progress: Progress
     expired_leases_last_hour: int
     failed: list[queue.FailedJob]
+    endpoints: tuple[endpoints.EndpointRate, ...] = ()  # RPC endpoints the workers used in the last minute
 
 
 def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
@@ -35,6 +36,7 @@ def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
         progress=progress.measure(conn),
         expired_leases_last_hour=queue.expired_leases(conn, window_seconds=3600),
         failed=queue.failed_jobs(conn, limit=failed_limit),
+        endpoints=tuple(endpoints.summary(conn)),
     )
 
 
@@ -55,6 +57,11 @@ def as_json(st: Status) -> dict[str, Any]:
         "failed_jobs": [
             {"id": f.id, "kind": f.kind, "payload": f.payload, "attempts": f.attempts, "last_error": f.last_error}
             for f in st.failed
+        ],
+        "rpc_endpoints": [
+            {"endpoint": e.endpoint, "workers": e.workers, "calls_per_second": e.calls_per_second,
+             "unlimited_workers": e.unlimited_workers, "unsupported": e.unsupported}
+            for e in st.endpoints
         ],
     }
 
@@ -82,6 +89,10 @@ def render(st: Status) -> str:
     age = st.counts.oldest_pending_age_seconds
     lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
     lines.append(f"expired leases in the last hour: {st.expired_leases_last_hour}")
+    for e in st.endpoints:
+        rate = "no rate limit in force" if e.calls_per_second is None else f"{e.calls_per_second:,.1f} calls/s allowed"
+        lacks = f"; lacks {', '.join(e.unsupported)}" if e.unsupported else ""
+        lines.append(f"rpc      {e.endpoint}: {rate} ({e.workers} worker(s)){lacks}")
     for f in st.failed:
         lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
     return "\n".join(lines)

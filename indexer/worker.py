@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, index_blocks, metrics, queue, signals, store
+from . import db, endpoints, index_blocks, metrics, queue, signals, store
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
 from .claims import Ended, HeldClaims, LostClaim, Stopping, Unrunnable
@@ -75,9 +75,11 @@ class Worker:
         self.stop = threading.Event()
         client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
                            max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit)
+        self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
         self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations,
                                                use_finalized=cfg.use_finalized)
-        self.prefetch = Prefetcher(partial(index_blocks.fetch, client), in_flight=cfg.rpc_in_flight,
+        self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots),
+                                   in_flight=cfg.rpc_in_flight,
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
                                    stop=self.stop)
         self.held = HeldClaims()
@@ -127,6 +129,7 @@ class Worker:
                 if job is None:
                     self._give_back_held()  # after a reconnect: the jobs we may still hold
                     self._listen()  # before looking at the queue, so that no NOTIFY is missed
+                    self.endpoint_rates.maybe_record(self.conn)
                     job = self._claim()
                 failures = 0
                 if job is not None:
@@ -146,6 +149,10 @@ class Worker:
                 self.stop.wait(delay)
         self.prefetch.shutdown()
         self._give_back_held()
+        try:
+            self.endpoint_rates.forget(self.conn)  # status drops this worker at once, not in a minute
+        except psycopg.Error:
+            pass  # its rows age out
         self._drop_connections()
         return 0
 

@@ -1,24 +1,56 @@
-"""The JSON-RPC client against a real anvil, directly and through a fault-injecting proxy."""
+"""The JSON-RPC client against real nodes: anvil, directly and through a fault-injecting proxy
+that behaves like the nodes and providers people use, and recorded mainnet answers replayed."""
 
 from __future__ import annotations
 
+import json
+import logging
+import time
+from dataclasses import replace
+
 import pytest
 
-from indexer.rpc import RpcClient, RpcError
+from indexer import chain, metrics
+from indexer.endpoints import Recorder
+from indexer.rpc import RATE_LIMITED, AdaptiveRate, Fallback, RpcClient, RpcError, classify
+from indexer.testing import fixtures
 from indexer.testing.anvil import free_port
 from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.replay import ReplayNode
 from indexer.urls import endpoint_label, parse_urls
 
+from .conftest import run_indexer
 
-def block_calls(n: int) -> list:
-    return [("eth_getBlockByNumber", (hex(i), False)) for i in range(n)]
+MAINNET = 18_000_000
+# A fallback for eth_getBlockReceipts of a block without transactions: no call at all.
+NO_TRANSACTIONS = Fallback("eth_getBlockReceipts", "eth_getTransactionReceipt", lambda call: [])
+
+
+def block_calls(n: int, first: int = 0) -> list:
+    return [("eth_getBlockByNumber", (hex(i), False)) for i in range(first, first + n)]
+
+
+def numbers(blocks: list) -> list[int]:
+    return [int(b["number"], 16) for b in blocks]
+
+
+def value(metric, *labels) -> float:
+    return metric.labels(*labels)._value.get()
+
+
+@pytest.fixture(scope="module")
+def busy(chain_node) -> tuple[int, int]:
+    """A range of the shared chain whose blocks have transactions."""
+    with_txs = [n for n in range(chain_node.head() + 1)
+                if chain_node.rpc("eth_getBlockByNumber", hex(n), False)["transactions"]]
+    return with_txs[0], with_txs[0] + 9
 
 
 def test_a_batch_comes_back_in_call_order_even_when_answered_out_of_order(chain_node):
     with FaultProxy(chain_node.url, first=("reorder",)) as proxy:
         blocks = RpcClient([proxy.url]).batch(block_calls(20))
     assert proxy.served["reorder"] == 1
-    assert [int(b["number"], 16) for b in blocks] == list(range(20))
+    assert numbers(blocks) == list(range(20))
 
 
 @pytest.mark.parametrize("fault", ["http500", "truncate", "html", "timeout"])
@@ -30,28 +62,10 @@ def test_transient_faults_are_retried(chain_node, fault):
     assert proxy.served["pass"] == 1
 
 
-def test_retry_after_is_honoured(chain_node):
-    with FaultProxy(chain_node.url, first=("http429",), retry_after="1") as proxy:
-        assert RpcClient([proxy.url]).call("eth_chainId") == "0x7a69"
-    (t429, _), (t_next, _) = proxy.requests
-    assert t_next - t429 >= 0.95
-
-
-def test_a_batch_refused_as_too_large_is_split(chain_node):
-    with FaultProxy(chain_node.url, max_batch=8) as proxy:
-        client = RpcClient([proxy.url], max_batch=50)
-        blocks = client.batch(block_calls(30))
-    assert [int(b["number"], 16) for b in blocks] == list(range(30))
-    assert proxy.served["too_large"] >= 1
-    assert client.max_batch <= 8
-    accepted = [calls for _, calls in proxy.requests if calls <= 8]
-    assert sum(accepted) == 30
-
-
 def test_failover_to_the_next_endpoint(chain_node):
     dead = f"http://127.0.0.1:{free_port()}"
     client = RpcClient([dead, chain_node.url], max_attempts=3)
-    assert [int(b["number"], 16) for b in client.batch(block_calls(5))] == list(range(5))
+    assert numbers(client.batch(block_calls(5))) == list(range(5))
 
 
 def test_gives_up_after_the_last_attempt_with_a_clear_error(chain_node):
@@ -59,13 +73,6 @@ def test_gives_up_after_the_last_attempt_with_a_clear_error(chain_node):
         with pytest.raises(RpcError, match=r"1 call\(s\) failed after 3 attempts; last: .*HTTP 500"):
             RpcClient([proxy.url], max_attempts=3).call("eth_chainId")
     assert proxy.served["http500"] == 3
-
-
-def test_method_not_found_is_not_retried(chain_node):
-    with FaultProxy(chain_node.url) as proxy:
-        with pytest.raises(RpcError, match="not supported by the node"):
-            RpcClient([proxy.url], max_attempts=5).call("eth_noSuchMethod")
-    assert len(proxy.requests) == 1
 
 
 def test_the_rate_limit_spaces_requests(chain_node):
@@ -76,6 +83,367 @@ def test_the_rate_limit_spaces_requests(chain_node):
     # 60 calls at 50/s with a burst of 50: the last 10 must wait at least 0.2 s after the first.
     times = [t for t, _ in proxy.requests]
     assert times[-1] - times[0] >= 0.19
+
+
+# -- a node without eth_getBlockReceipts ---------------------------------------------------------------
+
+
+def test_a_node_without_block_receipts_is_asked_per_transaction_learned_once(chain_node, busy, caplog):
+    first, last = busy
+    truth = chain.fetch_json(RpcClient([chain_node.url]), first, last)
+    with_txs = len(truth[1])
+    with FaultProxy(chain_node.url, lacks=("eth_getBlockReceipts",)) as proxy, caplog.at_level(logging.INFO, "indexer.rpc"):
+        client = RpcClient([proxy.url])
+        label = endpoint_label(proxy.url)
+        assert chain.fetch_json(client, first, last) == truth
+        asked_once = proxy.calls["eth_getBlockReceipts"]
+        assert chain.fetch_json(client, first, last) == truth
+        assert chain.fetch(client, first, last).blocks == chain.fetch(RpcClient([chain_node.url]), first, last).blocks
+    # One batch of eth_getBlockReceipts was refused; from then on, the receipts came by transaction.
+    assert asked_once == with_txs and proxy.calls["eth_getBlockReceipts"] == asked_once
+    assert proxy.calls["eth_getTransactionReceipt"] == 3 * sum(len(r) for r in truth[1].values())
+    learned = [r.getMessage() for r in caplog.records if "does not support" in r.getMessage()]
+    assert learned == [f"{label} does not support eth_getBlockReceipts (the method eth_getBlockReceipts does not "
+                       "exist/is not available); asking eth_getTransactionReceipt instead"]
+    assert value(metrics.counted.rpc_unsupported, label, "eth_getBlockReceipts") == 1
+    assert value(metrics.counted.rpc_fallback_calls, label, "eth_getBlockReceipts") == 3 * with_txs
+    assert value(metrics.counted.rpc_errors, label, "rpc_error") == 0  # not retried as an error
+
+
+def test_the_fallback_is_per_endpoint(chain_node, busy):
+    """Of two endpoints, only the one that lacks the method is asked per transaction."""
+    first, last = busy
+    truth = chain.fetch_json(RpcClient([chain_node.url]), first, last)
+    with FaultProxy(chain_node.url, lacks=("eth_getBlockReceipts",)) as old, FaultProxy(chain_node.url) as new:
+        client = RpcClient([old.url, new.url], max_batch=4)
+        for _ in range(3):
+            assert chain.fetch_json(client, first, last) == truth
+    assert client.lacking() == {endpoint_label(old.url): ["eth_getBlockReceipts"], endpoint_label(new.url): []}
+    assert old.served["method_not_found"] == old.calls["eth_getBlockReceipts"] <= 4  # one batch, once
+    assert new.calls["eth_getBlockReceipts"] > 0  # whole blocks from the endpoint that can
+    # The blocks `old` took were asked per transaction (of either endpoint, whichever came next).
+    assert old.calls["eth_getTransactionReceipt"] + new.calls["eth_getTransactionReceipt"] > 0
+
+
+def test_a_missing_receipt_says_so(chain_node, busy):
+    """A node whose transaction index does not reach back to a block answers null for the receipt
+    of a transaction in it."""
+    first, _ = busy
+    with FaultProxy(chain_node.url, lacks=("eth_getBlockReceipts",)) as proxy:
+        client = RpcClient([proxy.url])
+        tx = chain.fetch_json(client, first, first)[0][0]["transactions"][0]["hash"]
+        asked = client.batch
+        client.batch = lambda calls, fallback=None: asked(calls, fallback=fallback and replace(
+            fallback, combine=lambda receipts: [None, *receipts[1:]]))
+        with pytest.raises(chain.ChainDataError, match=f"block {first}: the node has no receipt for transaction {tx}"):
+            chain.fetch_json(client, first, first)
+
+
+# -- too large ------------------------------------------------------------------------------------------
+
+
+def test_calls_cut_by_the_response_cap_are_asked_again_and_the_rest_kept(chain_node):
+    """go-ethereum answers every call past its batch response cap with -32003 "response too
+    large": the answered ones are kept, only the others asked again, in batches of the size that
+    fitted, from then on."""
+    with FaultProxy(chain_node.url, max_results=7) as proxy:
+        client = RpcClient([proxy.url], max_batch=20)
+        assert numbers(client.batch(block_calls(30))) == list(range(30))
+        assert client.endpoints[0].max_batch == 7
+        sizes = [calls for _, calls in proxy.requests]
+        assert sizes[0] == 20 and max(sizes[1:]) <= 7
+        assert sum(sizes) == 30 + 13  # the 13 cut from the first batch, and no other, asked twice
+        assert proxy.calls["eth_getBlockByNumber"] == 43
+        assert numbers(client.batch(block_calls(14))) == list(range(14))  # remembered: 7 and 7
+        assert [calls for _, calls in proxy.requests][len(sizes):] == [7, 7]
+    label = endpoint_label(proxy.url)
+    assert value(metrics.counted.rpc_batch_size, label) == 7
+    assert value(metrics.counted.rpc_splits, label) == 1
+
+
+@pytest.mark.parametrize("form", ["error", "geth", "http413"])
+def test_a_batch_refused_as_too_large_is_split(chain_node, form):
+    """A batch refused as a whole: a -32600 error object, go-ethereum's "batch too large" answered
+    for the first id alone, or HTTP 413."""
+    with FaultProxy(chain_node.url, max_batch=8, too_large_as=form) as proxy:
+        client = RpcClient([proxy.url], max_batch=50, max_attempts=2)
+        assert numbers(client.batch(block_calls(30))) == list(range(30))
+    assert proxy.served["too_large"] >= 1
+    assert client.endpoints[0].max_batch <= 8
+    accepted = [calls for _, calls in proxy.requests if calls <= 8]
+    assert sum(accepted) == 30
+
+
+def test_http_413_on_a_single_call_fails_over(chain_node):
+    with FaultProxy(chain_node.url, rate=1.0, faults=("http413",)) as refuses, FaultProxy(chain_node.url) as good:
+        client = RpcClient([refuses.url, good.url])
+        assert client.call("eth_chainId") == "0x7a69"
+        with pytest.raises(RpcError, match="no endpoint can answer it; last: .*even for a single eth_chainId call"):
+            RpcClient([refuses.url]).call("eth_chainId")
+
+
+# -- errors that cannot succeed on that node -------------------------------------------------------------
+
+
+def test_method_not_found_is_not_retried(chain_node):
+    with FaultProxy(chain_node.url) as proxy:
+        with pytest.raises(RpcError, match="eth_noSuchMethod is not supported by the node"):
+            RpcClient([proxy.url], max_attempts=5).call("eth_noSuchMethod")
+    assert len(proxy.requests) == 1
+
+
+def test_pruned_history_fails_over_at_once_and_never_asks_that_node_again(chain_node):
+    with FaultProxy(chain_node.url, pruned_below=10) as pruned, FaultProxy(chain_node.url) as archive:
+        client = RpcClient([pruned.url, archive.url], max_batch=20, max_attempts=5)
+        assert numbers(client.batch(block_calls(20))) == list(range(20))
+        # The pruned node answered its share; the calls it refused went to the archive node at once.
+        assert pruned.served["pruned"] == 10
+        assert len(pruned.requests) == 1 and len(archive.requests) == 1
+    with FaultProxy(chain_node.url, pruned_below=10) as pruned:
+        with pytest.raises(RpcError, match=r"eth_getBlockByNumber\(0x0, False\): no endpoint can answer it; "
+                                           r"last: .*pruned history unavailable"):
+            RpcClient([pruned.url], max_attempts=5).batch(block_calls(5))
+        assert len(pruned.requests) == 1
+
+
+def test_a_method_one_endpoint_lacks_goes_to_the_others(chain_node):
+    with FaultProxy(chain_node.url, lacks=("eth_getBlockByNumber",)) as lacking, FaultProxy(chain_node.url) as good:
+        client = RpcClient([lacking.url, good.url], max_attempts=5)
+        for _ in range(3):
+            assert numbers(client.batch(block_calls(5))) == list(range(5))
+        assert client.call("eth_chainId") == "0x7a69"
+    assert lacking.calls["eth_getBlockByNumber"] == 5  # one batch, once
+    assert good.calls["eth_getBlockByNumber"] == 15
+
+
+# -- rate limits -----------------------------------------------------------------------------------------
+
+
+def test_retry_after_is_honoured(chain_node):
+    with FaultProxy(chain_node.url, first=("http429",), retry_after="1") as proxy:
+        client = RpcClient([proxy.url])
+        assert client.call("eth_chainId") == "0x7a69"
+    (t429, _), (t_next, _) = proxy.requests
+    assert t_next - t429 >= 0.95
+
+
+@pytest.mark.parametrize("fault", ["http429_bare", "limit_exceeded"])
+def test_with_no_ceiling_the_first_rate_limit_starts_limiting(chain_node, fault):
+    with FaultProxy(chain_node.url) as proxy:
+        client = RpcClient([proxy.url], max_batch=10, max_attempts=2)
+        label = endpoint_label(proxy.url)
+        # Refused at once, before a second of sending to measure: held back a second, no rate set.
+        proxy.first.append(fault)
+        started = time.monotonic()
+        assert numbers(client.batch(block_calls(10))) == list(range(10))
+        assert time.monotonic() - started >= 0.95 and client.rates() == {label: None}
+        deadline = time.monotonic() + 1.2
+        while time.monotonic() < deadline:
+            client.batch(block_calls(10))
+        sent = sum(calls for t, calls in proxy.requests if t > proxy.requests[-1][0] - 1)
+        proxy.first.append(fault)
+        assert numbers(client.batch(block_calls(10))) == list(range(10))
+    assert proxy.served[fault] == 2
+    rate = client.rates()[label]
+    assert rate is not None and rate < sent  # 70% of what it was sending
+    assert value(metrics.counted.rpc_rate, label) == rate
+
+
+@pytest.mark.parametrize(("ceiling", "limit_as"), [(150, "http429"), (0, "json-rpc")])
+def test_the_rate_falls_on_rate_limits_and_rises_again_within_the_ceiling(chain_node, monkeypatch, ceiling, limit_as):
+    """Behind a provider's limit of 100 calls a second (HTTP 429, or -32005 "limit exceeded" per
+    call), the rate falls below it; once the limit is gone it rises again, never past the ceiling."""
+    monkeypatch.setattr(AdaptiveRate, "RAISE_EVERY", 0.1)  # ten times faster than in production
+    with FaultProxy(chain_node.url, calls_per_second=100, limit_as=limit_as, retry_after=None) as proxy:
+        client = RpcClient([proxy.url], max_batch=10, max_attempts=20, rate_limit=ceiling)
+        label = endpoint_label(proxy.url)
+        assert client.rates()[label] == (ceiling or None)
+        seen = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert numbers(client.batch(block_calls(10))) == list(range(10))
+            seen.append(client.rates()[label])
+        fell_to = min(r for r in seen if r is not None)
+        assert fell_to < 110  # cut to 70% of what was sent, once per burst of refusals
+        refused = proxy.served["rate_limited"]
+        assert 0 < refused < len(proxy.requests) / 3, (refused, len(proxy.requests))
+
+        proxy.calls_per_second = None  # the limit is lifted
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            client.batch(block_calls(10))
+            seen.append(client.rates()[label])
+    risen = client.rates()[label]
+    assert risen > fell_to + 30
+    if ceiling:
+        assert seen[0] == max(seen) == risen == ceiling
+    assert value(metrics.counted.rpc_rate, label) == risen
+
+
+def test_aimd_steps():
+    """The rules, without a node: cut at once to 70% of what was sent, once per burst; raised by
+    a fixed step per clean interval in which the limit held calls back; never past the ceiling."""
+    rate = AdaptiveRate(200)
+    sent = [rate.acquire(10)[1] for _ in range(3)]
+    assert rate.limited(sent[2]) and rate.rate == pytest.approx(140)  # 70% of the rate in force
+    assert not rate.limited(sent[1])  # sent before the cut: counts once
+    rate.RAISE_EVERY = 0.0
+    rate.clean()
+    assert rate.rate == pytest.approx(140)  # nothing was held back: not raised
+    rate.acquire(1)  # the cut emptied the bucket: this waits
+    rate.clean()
+    assert rate.rate == pytest.approx(147)  # + 5% of 140
+    rate.acquire(150)
+    rate.clean()
+    assert rate.rate == 154
+    rate.rate = 198
+    rate.acquire(150)
+    rate.clean()
+    assert rate.rate == 200  # the ceiling
+
+    unlimited = AdaptiveRate()
+    assert not unlimited.limited(unlimited.acquire(10)[1]) and unlimited.rate is None  # nothing measured yet
+    started = time.monotonic()
+    unlimited.acquire(1)
+    assert time.monotonic() - started >= 0.95  # held back instead
+
+
+# -- status and the endpoints table -------------------------------------------------------------------------
+
+
+def test_status_shows_the_rate_each_endpoint_settled_on(db_url, conn, chain_node):
+    with FaultProxy(chain_node.url, first=("http429",), retry_after="0", lacks=("eth_getBlockReceipts",)) as a, \
+            FaultProxy(chain_node.url) as b:
+        client = RpcClient([a.url, b.url], rate_limit=500)
+        client.batch(block_calls(10))
+        for _ in range(2):  # one of them goes to `a`, which answers -32601
+            client.batch([("eth_getBlockReceipts", ("0x1",))], fallback=NO_TRANSACTIONS)
+        label_a, label_b = endpoint_label(a.url), endpoint_label(b.url)
+        rate_a = client.rates()[label_a]
+        assert rate_a < 500 and client.rates()[label_b] == 500
+        recorder = Recorder(client, "host:1")
+        assert recorder.maybe_record(conn) and not recorder.maybe_record(conn)  # at most every 10 s
+        other = RpcClient([a.url, b.url])  # no ceiling, never rate limited: no limit in force
+        Recorder(other, "host:2").maybe_record(conn)
+        conn.execute("INSERT INTO rpc_endpoints VALUES (%s, 'gone:3', 1000, '{}', now() - interval '2 minutes')",
+                      (label_a,))
+
+        text = run_indexer("status", db_url=db_url)
+        assert text.returncode == 0, text.stderr
+        lines = [line for line in text.stdout.splitlines() if line.startswith("rpc ")]
+        assert lines == sorted([f"rpc      {label_a}: no rate limit in force (2 worker(s)); lacks eth_getBlockReceipts",
+                                f"rpc      {label_b}: no rate limit in force (2 worker(s))"])
+        conn.execute("DELETE FROM rpc_endpoints WHERE worker = 'host:2'")
+        text = run_indexer("status", db_url=db_url).stdout
+        assert f"rpc      {label_a}: {rate_a:,.1f} calls/s allowed (1 worker(s)); lacks eth_getBlockReceipts" in text
+        assert f"rpc      {label_b}: 500.0 calls/s allowed (1 worker(s))" in text
+        record = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+        assert record["rpc_endpoints"] == sorted([
+            {"endpoint": label_a, "workers": 1, "calls_per_second": rate_a, "unlimited_workers": 0,
+             "unsupported": ["eth_getBlockReceipts"]},
+            {"endpoint": label_b, "workers": 1, "calls_per_second": 500.0, "unlimited_workers": 0, "unsupported": []},
+        ], key=lambda e: e["endpoint"])
+
+        # A worker started later learns what the live ones found: it never asks `a` for the method.
+        later = RpcClient([a.url])
+        Recorder(later, "host:4").maybe_record(conn)
+        asked = a.calls["eth_getBlockReceipts"]
+        later.batch([("eth_getBlockReceipts", ("0x1",))], fallback=NO_TRANSACTIONS)
+        assert a.calls["eth_getBlockReceipts"] == asked
+        recorder.forget(conn)
+        assert conn.execute("SELECT count(*) FROM rpc_endpoints WHERE worker = 'host:1'").fetchone()[0] == 0
+
+
+# -- what nodes say, read ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "message", "kind"), [
+    (-32601, "the method eth_getBlockReceipts does not exist/is not available", "unsupported"),  # go-ethereum
+    (-32601, "Method not found", "unsupported"),  # anvil, jsonrpsee
+    (-32600, "Unsupported method: eth_getBlockReceipts", "unsupported"),
+    (-32602, "method not available", "unsupported"),
+    (4444, "pruned history unavailable", "pruned"),  # go-ethereum history expiry
+    (-32000, "old data not available due to pruning", "pruned"),  # erigon
+    (-32602, "Receipts for block 5 (0xab) are neither stored nor reproducible from state history.", "pruned"),  # nethermind
+    (-32003, "response too large", "too_large"),  # go-ethereum's response cap
+    (-32600, "batch too large", "too_large"),  # go-ethereum's request limit
+    (-32600, "batch limit 100 exceeded (can increase by --rpc.batch.limit). Requested batch of size: 200", "too_large"),
+    (-32005, "Batch size limit exceeded", "too_large"),  # nethermind
+    (-32011, "The batch response was too large", "too_large"),  # jsonrpsee (reth)
+    (-32007, "Request is too big", "too_large"),
+    (429, "Your app has exceeded its compute units per second capacity. If you have retries enabled, you can "
+          "safely ignore this message. If not, check out https://docs.alchemy.com/reference/throughput", RATE_LIMITED),
+    (-32005, "daily request count exceeded, request rate limited", RATE_LIMITED),  # infura
+    (-32005, "project ID request rate exceeded", RATE_LIMITED),  # infura
+    (-32005, "limit exceeded", RATE_LIMITED),  # EIP-1474's name
+    (-32029, "Rate limit exceeded", RATE_LIMITED),
+    (-32007, "100/second request limit reached - reduce calls per second or upgrade your account at quicknode.com",
+     RATE_LIMITED),
+    (-32012, "credits limited to 6000/sec", RATE_LIMITED),  # quicknode
+    (-32000, "Too many requests", RATE_LIMITED),
+    (-32000, "header not found", "rpc_error"),
+    (-32002, "request timed out", "rpc_error"),
+])
+def test_real_error_texts_are_read_as_what_they_mean(code, message, kind):
+    assert classify(code, message) == kind
+
+
+# -- recorded mainnet answers ---------------------------------------------------------------------------------
+
+
+def recorded(name: str) -> tuple[dict, list]:
+    answer = fixtures.load(name)
+    return answer["block"], answer["receipts"]
+
+
+def test_mainnet_receipts_by_transaction_equal_the_block_s(caplog):
+    """Block 18,000,000 from a node without eth_getBlockReceipts (go-ethereum before 1.13)."""
+    block, receipts = recorded("mainnet-18000000")
+    with ReplayNode(["mainnet-18000000"], block_receipts=False) as node, caplog.at_level(logging.WARNING, "indexer.rpc"):
+        client = RpcClient([node.url])
+        for _ in range(2):
+            assert chain.fetch_json(client, MAINNET, MAINNET) == ([block], {MAINNET: receipts})
+        assert node.refused["method_not_found"] == 1
+        assert node.served["eth_getTransactionReceipt"] == 2 * len(receipts)
+    assert sum("does not support eth_getBlockReceipts" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_mainnet_receipts_cut_by_the_response_cap_are_all_kept():
+    block, receipts = recorded("mainnet-18000000")
+    with ReplayNode(["mainnet-18000000"], block_receipts=False, max_batch_results=40) as node:
+        client = RpcClient([node.url], max_batch=100)
+        assert chain.fetch_json(client, MAINNET, MAINNET) == ([block], {MAINNET: receipts})
+        assert client.endpoints[0].max_batch == 40
+        # 94 receipts: a batch of 94 (40 kept), then 54 in batches of 40: nothing asked three times.
+        assert node.served["eth_getTransactionReceipt"] == len(receipts)
+        assert node.refused["response_too_large"] == len(receipts) - 40
+
+
+def test_mainnet_pruned_history_fails_over_at_once():
+    block, receipts = recorded("mainnet-18000000")
+    with ReplayNode(["mainnet-18000000"], pruned_below=MAINNET + 1) as pruned, \
+            ReplayNode(["mainnet-18000000"]) as archive:
+        client = RpcClient([pruned.url, archive.url], max_attempts=8)
+        assert chain.fetch_json(client, MAINNET, MAINNET) == ([block], {MAINNET: receipts})
+        # Each call it was given, it was given once (blocks, then receipts), never again.
+        assert pruned.requests in ([1], [1, 1]) and pruned.refused["pruned"] == len(pruned.requests)
+        asked = len(pruned.requests)
+        with pytest.raises(RpcError, match="pruned history unavailable"):
+            chain.fetch_json(RpcClient([pruned.url], max_attempts=8), MAINNET, MAINNET)
+        assert len(pruned.requests) == asked + 1
+
+
+@pytest.mark.parametrize("form", ["json-rpc", "http-429"])
+def test_mainnet_rate_limits_are_ridden_out(form):
+    block, receipts = recorded("mainnet-18000000")
+    with ReplayNode(["mainnet-18000000"], block_receipts=False, limit_exceeded_every=3, limit_exceeded_as=form) as node:
+        client = RpcClient([node.url], max_batch=50, max_attempts=4, rate_limit=1000)
+        assert chain.fetch_json(client, MAINNET, MAINNET) == ([block], {MAINNET: receipts})
+        assert node.refused["limit_exceeded"] >= 1
+    assert client.rates()[endpoint_label(node.url)] < 1000
+
+
+# -- URLs -------------------------------------------------------------------------------------------------------
 
 
 def test_endpoint_labels_keep_no_secrets():

@@ -1,8 +1,29 @@
-"""An HTTP proxy in front of a real node that injects faults into a share of the answers.
+"""An HTTP proxy in front of a real node that injects faults into a share of the answers, and
+behaves, when asked, like the nodes and providers people actually use.
 
-Faults: HTTP 500, HTTP 429 with Retry-After, an answer held past the client's timeout, a JSON
-body cut in half, a batch answered in reverse order, an HTML page, and a JSON-RPC error saying
-the batch is too large for batches above `max_batch`.
+Faults (`FAULTS`, drawn at random at `rate`, or served in order to the first requests with
+`first`): HTTP 500, HTTP 429 with Retry-After, an answer held past the client's timeout, a JSON
+body cut in half, a batch answered in reverse order, an HTML page. More that are served only
+when named (`faults=` or `first=`): "http413" (the request refused as too large), "http429_bare"
+(HTTP 429 without Retry-After), "limit_exceeded" (HTTP 200, each call answered -32005 "limit
+exceeded", EIP-1474's name for that code, which Infura sends over its request rate).
+
+Behaviours, off unless asked for (texts and codes as the software that sends them):
+- `max_batch=N`: a batch of more than N calls is refused as a whole: `too_large_as="error"`, one
+  -32600 error object; "geth", go-ethereum's "batch too large" in a batch of one answer with
+  the first call's id (rpc/handler.go respondWithBatchTooLarge); "http413", HTTP 413;
+- `max_results=N`: go-ethereum's response cap (BatchResponseMaxSize, counted in calls): every
+  call of a batch after the Nth answered is answered -32003 "response too large";
+- `lacks=(method, ...)`: those methods answer go-ethereum's -32601 "the method X does not
+  exist/is not available" (eth_getBlockReceipts before go-ethereum 1.13);
+- `pruned_below=N`: eth_getBlockByNumber and eth_getBlockReceipts of a block number below N
+  answer go-ethereum's 4444 "pruned history unavailable" (history expiry);
+- `calls_per_second=R`: a provider's rate limit, a token bucket of R calls a second (bursts of
+  one second's worth): a request over it gets HTTP 429 (with `retry_after` unless None), or with
+  `limit_as="json-rpc"` HTTP 200 and -32005 "limit exceeded" for each call.
+`calls` counts the calls received, by method; `served` what each request got ("pass", a fault,
+"too_large", "rate_limited", "response_too_large"), and each call refused as "method_not_found"
+or "pruned".
 """
 
 from __future__ import annotations
@@ -18,6 +39,13 @@ import orjson
 import requests
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
+NAMED_FAULTS = ("http413", "http429_bare", "limit_exceeded")
+
+# go-ethereum rpc/errors.go and core/history/historymode.go.
+RESPONSE_TOO_LARGE = {"code": -32003, "message": "response too large"}
+BATCH_TOO_LARGE = {"code": -32600, "message": "batch too large"}
+PRUNED_HISTORY = {"code": 4444, "message": "pruned history unavailable"}
+LIMIT_EXCEEDED = {"code": -32005, "message": "limit exceeded"}
 
 
 class _Server(ThreadingHTTPServer):
@@ -37,11 +65,17 @@ class FaultProxy:
         rate: float = 0.0,
         faults: tuple[str, ...] = FAULTS,
         hold_seconds: float = 2.0,
-        retry_after: str = "1",
+        retry_after: str | None = "1",
         max_batch: int | None = None,
         delay: float = 0.0,
         seed: int = 1,
         first: tuple[str, ...] = (),
+        too_large_as: str = "error",
+        max_results: int | None = None,
+        lacks: tuple[str, ...] = (),
+        pruned_below: int | None = None,
+        calls_per_second: float | None = None,
+        limit_as: str = "http429",
     ) -> None:
         self.upstream = upstream
         self.rate = rate
@@ -51,6 +85,15 @@ class FaultProxy:
         self.max_batch = max_batch
         self.delay = delay
         self.first = list(first)  # faults served, in order, to the first requests
+        self.too_large_as = too_large_as
+        self.max_results = max_results
+        self.lacks = set(lacks)
+        self.pruned_below = pruned_below
+        self.calls_per_second = calls_per_second
+        self.limit_as = limit_as
+        self._tokens = calls_per_second or 0.0
+        self._stamp = time.monotonic()
+        self.calls: Counter[str] = Counter()  # calls received, by method
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.served: Counter[str] = Counter()
@@ -85,32 +128,107 @@ class FaultProxy:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
             request = None
-        calls = len(request) if isinstance(request, list) else 1
+        batch = isinstance(request, list)
+        items = request if batch else [request] if isinstance(request, dict) else []
+        calls = len(request) if batch else 1
         with self.lock:
             self.requests.append((time.monotonic(), calls))
+            self.calls.update(c.get("method") for c in items if isinstance(c, dict))
         if self.delay:
             time.sleep(self.delay)
+        if self.calls_per_second is not None and not self._take(calls):
+            self._count("rate_limited")
+            if self.limit_as == "json-rpc":
+                return self._limit_exceeded(h, items, batch)
+            headers = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+            return self._send(h, 429, b'{"error": "too many requests"}', headers)
         if self.max_batch is not None and calls > self.max_batch:
             self._count("too_large")
+            if self.too_large_as == "http413":
+                return self._send(h, 413, b"Request Entity Too Large", content_type="text/plain")
+            if self.too_large_as == "geth":
+                first = next((c.get("id") for c in items if isinstance(c, dict)), None)
+                return self._send(h, 200, orjson.dumps([_error(first, BATCH_TOO_LARGE)]))
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"batch too large: {calls} > {self.max_batch}"}}
             return self._send(h, 200, orjson.dumps(error))
         fault = self._choose()
         self._count(fault)
         if fault == "http500":
             return self._send(h, 500, b"internal error")
-        if fault == "http429":
-            return self._send(h, 429, b'{"error": "slow down"}', {"Retry-After": self.retry_after})
+        if fault in ("http429", "http429_bare"):
+            headers = {"Retry-After": self.retry_after} if fault == "http429" and self.retry_after is not None else {}
+            return self._send(h, 429, b'{"error": "slow down"}', headers)
+        if fault == "http413":
+            return self._send(h, 413, b"Request Entity Too Large", content_type="text/plain")
+        if fault == "limit_exceeded":
+            return self._limit_exceeded(h, items, batch)
         if fault == "html":
             return self._send(h, 200, b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
         if fault == "timeout":
             time.sleep(self.hold_seconds)
-        upstream = requests.post(self.upstream, data=body, headers={"Content-Type": "application/json"}, timeout=60)
-        content = upstream.content
+        local = {i: error for i, c in enumerate(items) if (error := self._refusal(c)) is not None}
+        if local or (self.max_results is not None and batch):
+            status, content = self._answer_some(items, batch, local)
+        else:
+            upstream = requests.post(self.upstream, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+            status, content = upstream.status_code, upstream.content
         if fault == "truncate":
             content = content[: max(1, len(content) // 2)]
-        elif fault == "reorder" and isinstance(request, list):
+        elif fault == "reorder" and batch:
             content = orjson.dumps(list(reversed(orjson.loads(content))))
-        self._send(h, upstream.status_code, content)
+        self._send(h, status, content)
+
+    def _refusal(self, call: object) -> dict | None:
+        """The error this node answers `call` with itself, if any."""
+        if not isinstance(call, dict):
+            return None
+        method, params = call.get("method"), call.get("params") or []
+        if method in self.lacks:
+            self._count("method_not_found")
+            return {"code": -32601, "message": f"the method {method} does not exist/is not available"}
+        if self.pruned_below is not None and method in ("eth_getBlockByNumber", "eth_getBlockReceipts") and params \
+                and isinstance(params[0], str) and params[0].startswith("0x") and len(params[0]) < 66 \
+                and int(params[0], 16) < self.pruned_below:
+            self._count("pruned")
+            return PRUNED_HISTORY
+        return None
+
+    def _answer_some(self, items: list, batch: bool, local: dict[int, dict]) -> tuple[int, bytes]:
+        """Answers the calls this node refuses itself, asks the node for the others, and caps a
+        batch's answers at `max_results` as go-ethereum does."""
+        forward = [c for i, c in enumerate(items) if i not in local]
+        by_id: dict = {}
+        if forward:
+            upstream = requests.post(self.upstream, data=orjson.dumps(forward), timeout=60,
+                                     headers={"Content-Type": "application/json"})
+            got = orjson.loads(upstream.content)
+            by_id = {a.get("id"): a for a in (got if isinstance(got, list) else [got]) if isinstance(a, dict)}
+        answers = []
+        for i, call in enumerate(items):
+            id_ = call.get("id") if isinstance(call, dict) else None
+            lost = _error(id_, {"code": -32603, "message": "no answer from the node"})
+            answers.append(_error(id_, local[i]) if i in local else by_id.get(id_, lost))
+        if self.max_results is not None and batch and len(answers) > self.max_results:
+            self._count("response_too_large")
+            cut = answers[self.max_results:]
+            answers = answers[: self.max_results] + [_error(a.get("id"), RESPONSE_TOO_LARGE) for a in cut]
+        return 200, orjson.dumps(answers if batch else answers[0])
+
+    def _limit_exceeded(self, h: BaseHTTPRequestHandler, items: list, batch: bool) -> None:
+        answers = [_error(c.get("id") if isinstance(c, dict) else None, LIMIT_EXCEEDED) for c in items]
+        return self._send(h, 200, orjson.dumps(answers if batch else answers[0]))
+
+    def _take(self, calls: int) -> bool:
+        """Whether `calls` calls fit in the rate limit now (a token bucket)."""
+        with self.lock:
+            now = time.monotonic()
+            rate = self.calls_per_second or 0.0
+            self._tokens = min(rate, self._tokens + (now - self._stamp) * rate)
+            self._stamp = now
+            if self._tokens < calls and not (self._tokens >= rate > 0 and calls > rate):
+                return False
+            self._tokens -= calls
+            return True
 
     def _count(self, what: str) -> None:
         with self.lock:
@@ -139,3 +257,7 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _error(id_: object, error: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": id_, "error": dict(error)}
