@@ -108,6 +108,9 @@ def build_parser() -> Parser:
     )
     p.add_argument("--from", dest="start", type=block_number, required=True, metavar="BLOCK")
     p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK")
+    p.add_argument("--roots", action="store_true",
+                   help="also recompute every stored block's transactions, receipts and withdrawals roots from its"
+                   " rows, proving nothing is missing or altered")
     p.add_argument("--repair", action="store_true",
                    help="delete the suspect blocks' rows and plan jobs for exactly them, in one transaction")
 
@@ -168,7 +171,8 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
-        ok = verify.run(conn, args.start, args.end, repair_with_chunk=cfg.chunk if args.repair else None)
+        ok = verify.run(conn, args.start, args.end, repair_with_chunk=cfg.chunk if args.repair else None,
+                        roots=args.roots)
     return 0 if ok else 1
 
 

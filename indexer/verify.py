@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from . import queue
+from . import queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .planner import PLAN_LOCK
 
@@ -45,6 +45,7 @@ ORDER BY b.number
 DELETE_BLOCKS = "DELETE FROM blocks WHERE number = ANY(%(numbers)s)"
 DELETE_TRANSACTIONS = "DELETE FROM transactions WHERE block_number = ANY(%(numbers)s)"
 DELETE_LOGS = "DELETE FROM logs WHERE block_number = ANY(%(numbers)s)"
+DELETE_WITHDRAWALS = "DELETE FROM withdrawals WHERE block_number = ANY(%(numbers)s)"
 
 
 @dataclass
@@ -52,15 +53,16 @@ class Report:
     missing: list[int] = field(default_factory=list)
     broken_links: list[int] = field(default_factory=list)  # the upper block of each broken link
     wrong_counts: list[int] = field(default_factory=list)
+    unproven_roots: list[int] = field(default_factory=list)  # with --roots: mismatched, or stored before 005
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.broken_links or self.wrong_counts)
+        return not (self.missing or self.broken_links or self.wrong_counts or self.unproven_roots)
 
     def suspect_blocks(self) -> list[int]:
         """Blocks to index again: a broken link condemns both of its blocks."""
         links = {n - 1 for n in self.broken_links} | set(self.broken_links)
-        return sorted(set(self.missing) | links | set(self.wrong_counts))
+        return sorted(set(self.missing) | links | set(self.wrong_counts) | set(self.unproven_roots))
 
 
 def ranges(numbers: list[int]) -> list[tuple[int, int]]:
@@ -90,7 +92,7 @@ def repair(conn: psycopg.Connection, report: Report, chunk: int) -> int:
     jobs = [r for first, last in ranges(suspects) for r in cut(first, last + 1, chunk)]
     with conn.transaction():
         conn.execute(PLAN_LOCK)
-        for statement in (DELETE_LOGS, DELETE_TRANSACTIONS, DELETE_BLOCKS):
+        for statement in (DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS):
             conn.execute(statement, {"numbers": suspects})
         queue.enqueue(conn, JOB_KIND, [r.payload() for r in jobs])
     return len(jobs)
@@ -100,24 +102,43 @@ PROBLEMS = (("missing", "missing blocks"), ("broken_links", "broken parent links
             ("wrong_counts", "blocks with wrong transaction or log counts"))
 
 
+def _runs(numbers: list[int], shown: int) -> str:
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in ranges(numbers)[:shown])
+
+
 def describe(report: Report, start: int, end: int, *, shown: int = 20) -> list[str]:
     """What `indexer verify` prints: each kind of problem with its first `shown` runs."""
-    if report.ok:
+    if not (report.missing or report.broken_links or report.wrong_counts):
         return [f"blocks {start:,}..{end - 1:,}: all present, linked and complete"]
-    lines = []
-    for attribute, what in PROBLEMS:
-        numbers = getattr(report, attribute)
-        if numbers:
-            runs = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in ranges(numbers)[:shown])
-            lines.append(f"{len(numbers):,} {what}: {runs}")
+    return [f"{len(numbers):,} {what}: {_runs(numbers, shown)}"
+            for attribute, what in PROBLEMS if (numbers := getattr(report, attribute))]
+
+
+def describe_roots(proof: stored_roots.RootsReport, *, shown: int = 20) -> list[str]:
+    lines = [f"roots: {proof.proven:,} block(s) proven from the stored rows"]
+    for number, what in list(proof.mismatched.items())[:shown]:
+        lines.append(f"roots: {what}: the stored rows differ from what the block committed to")
+    if len(proof.mismatched) > shown:
+        lines.append(f"roots: {len(proof.mismatched) - shown:,} more block(s) with a root mismatch")
+    if proof.stored_before_columns:
+        lines.append(f"roots: {len(proof.stored_before_columns):,} block(s) stored before migration 005 added the"
+                     f" fields their roots need (--repair indexes them again): "
+                     f"{_runs(proof.stored_before_columns, shown)}")
+    for reason, blocks in proof.unprovable.most_common():
+        lines.append(f"roots: {blocks:,} block(s) cannot be proven here: {reason}")
     return lines
 
 
-def run(conn: psycopg.Connection, start: int, end: int, *, repair_with_chunk: int | None) -> bool:
+def run(conn: psycopg.Connection, start: int, end: int, *, repair_with_chunk: int | None, roots: bool = False) -> bool:
     """`indexer verify`: checks, prints what it found, and repairs when asked. True: all is well."""
     report = check(conn, start, end)
     for line in describe(report, start, end):
         print(line)
+    if roots:
+        proof = stored_roots.check(conn, start, end, chain_id=store.recorded_chain_id(conn))
+        report.unproven_roots = sorted([*proof.mismatched, *proof.stored_before_columns])
+        for line in describe_roots(proof):
+            print(line)
     if not report.ok and repair_with_chunk is not None:
         jobs = repair(conn, report, repair_with_chunk)
         print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")

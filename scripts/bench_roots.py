@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""What recomputing a block's roots costs (`indexer.roots.check_block`), in CPU time, against
+the rest of what a worker's process spends on the same block; and the project's own ordered-trie
+function against py-trie's HexaryTrie.
+
+Two blocks, or kinds of block:
+- recorded: mainnet block 18,000,000 (tests/fixtures/mainnet-18000000.json: 94 transactions,
+  291 logs, 16 withdrawals);
+- dense: blocks mined here by anvil as scripts/bench_backfill.py mines its dense chain (50
+  transactions a block, every other one a contract call emitting two logs; `--txs`, `--blocks`).
+
+Measured, all with time.process_time (the CPU time of this process only, so the node's and
+PostgreSQL's do not count), each the median of `--repeat` rounds:
+- tries: ms per block to compute the block's roots (transactions, receipts and, where the
+  header has one, withdrawals) from their encodings, made beforehand: `roots.ordered_trie_root`
+  against `trie.HexaryTrie` (pip install trie: not a dependency of the project; skipped without
+  it), each inserting rlp(i) -> encoding in a fresh in-memory trie, plain and in one
+  `squash_changes()` batch (the faster is shown);
+- check_block: ms per block, with the keccak backend roots.py picks (eth-hash's pysha3 backend
+  when safe-pysha3 is installed) and with eth-hash's default pycryptodome backend (in a child
+  process where `import sha3` fails);
+- the rest of a worker's CPU per block, in one process and in order as a worker does it
+  (the same steps as bench_backfill.py's breakdown, there in wall time): the JSON-RPC calls
+  (`chain.fetch_json`: the HTTP client and the JSON parsing, against the anvil node), decoding
+  (`chain.decode`) and writing (`store.write` and its commit, with a worker's session settings,
+  into a fresh database: `--database-url`, or a PostgreSQL of its own started by
+  scripts/pg-start; `--no-write` to leave writing out). The recorded block has no node: its
+  "JSON-RPC" is parsing its recorded JSON with orjson, the client's part of the call that
+  costs most.
+
+    .venv/bin/python scripts/bench_roots.py [--blocks 40] [--txs 50] [--repeat 5] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+if "--keccak-pycryptodome" in sys.argv:
+    sys.modules["sha3"] = None  # type: ignore[assignment]  # eth-hash's pysha3 backend unavailable
+
+import orjson
+import psycopg
+import requests
+from psycopg.conninfo import make_conninfo
+
+from indexer import chain, db, roots, store
+from indexer.prefetch import batch_blocks
+from indexer.rpc import RpcClient
+from indexer.testing import fixtures
+from indexer.testing.anvil import EMITTER_INIT, Anvil
+
+RECORDED = "mainnet-18000000"
+
+
+def cpu_ms(fn: Callable[[], Any], repeat: int, per: int = 1, min_seconds: float = 0.2) -> float:
+    """Median over `repeat` rounds of the CPU milliseconds of one call of fn, divided by `per`;
+    each round calls fn as often as fits in `min_seconds`."""
+    calls = 1
+    t = time.process_time()
+    fn()
+    elapsed = time.process_time() - t
+    if elapsed < min_seconds:
+        calls = max(1, int(min_seconds / max(elapsed, 1e-6)))
+    rounds = []
+    for _ in range(repeat):
+        t = time.process_time()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.process_time() - t) / calls)
+    return 1000 * statistics.median(rounds) / per
+
+
+# --- the blocks -----------------------------------------------------------------------------------
+
+
+def build_dense(node: Anvil, blocks: int, txs: int) -> None:
+    """Like scripts/bench_backfill.py's dense chain: `txs` transactions a block, every other one a
+    call of a contract that emits two logs, the others plain transfers."""
+    s = requests.Session()
+    accounts = node.rpc("eth_accounts")
+    node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
+    node.rpc("evm_mine")
+    emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
+    for b in range(blocks):
+        calls = []
+        for i in range(txs):
+            tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
+            if i % 2:
+                tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
+            else:
+                tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
+            calls.append({"jsonrpc": "2.0", "id": i, "method": "eth_sendTransaction", "params": [tx]})
+        s.post(node.url, data=orjson.dumps(calls), headers={"Content-Type": "application/json"}, timeout=60)
+        node.rpc("evm_mine")
+
+
+def encodings(block: dict[str, Any], receipts: list[dict[str, Any]]) -> list[list[bytes]]:
+    """The values of the block's tries, encoded."""
+    txs = [roots.encode_transaction_json(tx) for tx in block["transactions"]]
+    types = [enc[0] if enc[0] < 0x80 else 0 for enc in txs]
+    lists = [txs, [roots.encode_receipt_json(r, types[i])[0] for i, r in enumerate(receipts)]]
+    if "withdrawalsRoot" in block:
+        lists.append([roots.encode_withdrawal_json(w) for w in block.get("withdrawals") or ()])
+    return lists
+
+
+# --- tries ----------------------------------------------------------------------------------------
+
+
+def trie_ms(blocks: list[tuple[dict, list]], repeat: int) -> dict[str, float | str]:
+    values = [encodings(b, r) for b, r in blocks]
+    expected = [[bytes.fromhex(b[k][2:]) for k in ("transactionsRoot", "receiptsRoot", "withdrawalsRoot") if k in b]
+                for b, _ in blocks]
+    own = [[roots.ordered_trie_root(v) for v in lists] for lists in values]
+    assert own == expected, "ordered_trie_root disagrees with a header"
+    result: dict[str, float | str] = {
+        "own": cpu_ms(lambda: [[roots.ordered_trie_root(v) for v in lists] for lists in values], repeat, len(blocks))}
+    try:
+        import rlp
+        from trie import HexaryTrie
+    except ImportError:
+        result["hexary"] = "not installed"
+        return result
+
+    def hexary(v: list[bytes]) -> bytes:
+        t = HexaryTrie({})
+        for i, x in enumerate(v):
+            t[rlp.encode(i)] = x
+        return t.root_hash
+
+    def hexary_squashed(v: list[bytes]) -> bytes:
+        t = HexaryTrie({})
+        with t.squash_changes() as batch:
+            for i, x in enumerate(v):
+                batch[rlp.encode(i)] = x
+        return t.root_hash
+
+    for fn in (hexary, hexary_squashed):
+        assert [[fn(v) for v in lists] for lists in values] == expected, f"{fn.__name__} disagrees with a header"
+    result["hexary"] = min(cpu_ms(lambda: [[fn(v) for v in lists] for lists in values], repeat, len(blocks))
+                           for fn in (hexary, hexary_squashed))
+    return result
+
+
+# --- check_block ----------------------------------------------------------------------------------
+
+
+def check_ms(blocks: list[tuple[dict, list]], repeat: int, recompute_blooms: bool = True) -> float:
+    for b, r in blocks:
+        assert roots.check_block(b, r, recompute_blooms=recompute_blooms) is None, "a block was not proven"
+    return cpu_ms(lambda: [roots.check_block(b, r, recompute_blooms=recompute_blooms) for b, r in blocks], repeat,
+                  len(blocks))
+
+
+def check_ms_pycryptodome(args: argparse.Namespace, dense_path: Path) -> dict[str, float]:
+    """check_block's figures measured again in a child process that has no safe-pysha3."""
+    out = subprocess.run([sys.executable, __file__, "--keccak-pycryptodome", "--dense-json", str(dense_path),
+                          "--repeat", str(args.repeat)], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+# --- the rest of a worker's CPU -------------------------------------------------------------------
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = make_conninfo(admin_url, dbname=name)
+    with db.connect(url) as conn:
+        db.migrate(conn)
+    return url
+
+
+def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, repeat: int) -> dict[str, float]:
+    """CPU ms per block of a worker's steps over blocks first..last, in batches of about 1,000
+    transactions as a worker sizes them; the median of `repeat` passes (each into a fresh
+    database)."""
+    client = RpcClient([rpc_url], timeout=120, max_attempts=1)
+    passes = []
+    for p in range(repeat):
+        spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
+        conn = None
+        if database_url:
+            url = fresh_database(database_url, f"bench_roots_{os.getpid()}")
+            conn = psycopg.connect(url, autocommit=True, options=db.worker_session_options(300))
+            store.prepare(conn)
+        n = first
+        size = batch_blocks(None, 100, 1000)
+        while n <= last:
+            end = min(n + size - 1, last)
+            t0 = time.process_time()
+            blocks, receipts = chain.fetch_json(client, n, end)
+            t1 = time.process_time()
+            rows = chain.decode(n, blocks, receipts)
+            t2 = time.process_time()
+            if conn is not None:
+                with conn.transaction():
+                    store.write(conn, rows)
+            t3 = time.process_time()
+            for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
+                spent[step] += t
+            size = batch_blocks(len(rows.transactions) / (end - n + 1), 100, 1000)
+            n = end + 1
+        if conn is not None:
+            conn.close()
+        passes.append(spent)
+    count = last - first + 1
+    return {step: 1000 * statistics.median(p[step] for p in passes) / count for step in ("rpc", "decode", "write")}
+
+
+def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float]:
+    raw = (fixtures.FIXTURES / f"{RECORDED}.json").read_bytes()
+    recorded = orjson.loads(raw)
+    number = int(recorded["block"]["number"], 16)
+    result = {
+        "rpc": cpu_ms(lambda: orjson.loads(raw), repeat),
+        "decode": cpu_ms(lambda: chain.decode(number, [recorded["block"]], {number: recorded["receipts"]}), repeat),
+        "write": 0.0,
+    }
+    if database_url:
+        rows = chain.decode(number, [recorded["block"]], {number: recorded["receipts"]})
+        url = fresh_database(database_url, f"bench_roots_{os.getpid()}")
+        with psycopg.connect(url, autocommit=True, options=db.worker_session_options(300)) as conn:
+            store.prepare(conn)
+
+            def write() -> None:  # written, then rolled back, so that every round writes anew
+                with conn.transaction(force_rollback=True):
+                    store.write(conn, rows)
+
+            result["write"] = cpu_ms(write, repeat)
+    return result
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+def child_main(args: argparse.Namespace) -> None:
+    """--keccak-pycryptodome: check_block's figures only, as JSON on stdout."""
+    assert "pycryptodome" in roots.KECCAK_BACKEND, roots.KECCAK_BACKEND
+    recorded = fixtures.load(RECORDED)
+    dense = orjson.loads(Path(args.dense_json).read_bytes())
+    print(json.dumps({"recorded": check_ms([(recorded["block"], recorded["receipts"])], args.repeat),
+                      "dense": check_ms([(b, r) for b, r in dense], args.repeat)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=40, help="dense blocks to mine")
+    ap.add_argument("--txs", type=int, default=50, help="transactions per dense block")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds per figure (the median is shown)")
+    ap.add_argument("--database-url", help="a PostgreSQL to create a scratch database in (default: start one)")
+    ap.add_argument("--no-write", action="store_true", help="leave writing out of the worker's CPU")
+    ap.add_argument("--keccak-pycryptodome", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dense-json", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.keccak_pycryptodome:
+        child_main(args)
+        return
+
+    own_postgres = None
+    database_url = args.database_url
+    if not database_url and not args.no_write:
+        from indexer.testing.cluster import OwnPostgres
+
+        own_postgres = OwnPostgres()
+        database_url = own_postgres.url
+    try:
+        with Anvil("--no-mining") as node:
+            t = time.perf_counter()
+            build_dense(node, args.blocks, args.txs)
+            head = node.head()
+            print(f"# dense: {args.blocks} blocks of {args.txs} transactions mined in {time.perf_counter() - t:.0f} s;"
+                  f" keccak: {roots.KECCAK_BACKEND}", file=sys.stderr, flush=True)
+            first = 2  # block 1 deploys the contract
+            blocks, receipts = chain.fetch_json(RpcClient([node.url], timeout=120, max_attempts=1), first, head)
+            dense = [(b, receipts[int(b["number"], 16)]) for b in blocks]
+            other = {"dense": worker_ms(node.url, first, head, database_url, args.repeat)}
+        recorded = fixtures.load(RECORDED)
+        other["recorded"] = recorded_worker_ms(database_url, args.repeat)
+    finally:
+        if own_postgres is not None:
+            own_postgres.stop()
+    cases = {"recorded": [(recorded["block"], recorded["receipts"])], "dense": dense}
+    dense_path = Path(f"/tmp/bench_roots_{os.getpid()}.json")
+    dense_path.write_bytes(orjson.dumps(dense))
+    try:
+        slow = check_ms_pycryptodome(args, dense_path)
+    finally:
+        dense_path.unlink()
+
+    print(f"Ordered-trie roots per block (all of the block's tries, from their encodings; CPU ms, median of "
+          f"{args.repeat}):\n")
+    print("| block | transactions | logs | roots.ordered_trie_root | trie.HexaryTrie | HexaryTrie / own |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for kind, blocks_ in cases.items():
+        tries = trie_ms(blocks_, args.repeat)
+        txs = sum(len(b["transactions"]) for b, _ in blocks_) / len(blocks_)
+        logs = sum(len(x["logs"]) for _, r in blocks_ for x in r) / len(blocks_)
+        hexary = tries["hexary"]
+        ratio = f"{hexary / tries['own']:.1f}x" if isinstance(hexary, float) else "-"
+        hexary_text = f"{hexary:.3f}" if isinstance(hexary, float) else hexary
+        print(f"| {kind} | {txs:.0f} | {logs:.0f} | {tries['own']:.3f} | {hexary_text} | {ratio} |")
+    print()
+    print("check_block against the rest of a worker's CPU per block (CPU ms, median of "
+          f"{args.repeat}; the rest: JSON-RPC client, decoding, writing; in brackets check_block as a share of "
+          "the rest):\n")
+    print("| block | JSON-RPC | decoding | writing | rest in all | check_block, pysha3 | the same, sent blooms "
+          "| check_block, pycryptodome |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    fast_backend = "pysha3" in roots.KECCAK_BACKEND
+    for kind, blocks_ in cases.items():
+        o = other[kind]
+        rest = o["rpc"] + o["decode"] + o["write"]
+
+        def share(ms: float | None) -> str:
+            return "(no safe-pysha3)" if ms is None else f"{ms:.3f} ({100 * ms / rest:.0f}%)"
+
+        fast = check_ms(blocks_, args.repeat) if fast_backend else None
+        sent = check_ms(blocks_, args.repeat, recompute_blooms=False) if fast_backend else None
+        write = f"{o['write']:.3f}" if database_url else "not measured"
+        print(f"| {kind} | {o['rpc']:.3f} | {o['decode']:.3f} | {write} | {rest:.3f} | {share(fast)} | {share(sent)} "
+              f"| {share(slow[kind])} |")
+
+
+if __name__ == "__main__":
+    main()
