@@ -78,3 +78,20 @@ def test_the_command_reports_and_repairs_what_it_cannot_prove(db_url, conn):
 
     result = run_indexer("verify", "--from", "18000000", "--to", "18000001", db_url=db_url)
     assert result.returncode == 0, result.stdout  # without --roots the counts and links still agree
+
+
+def test_a_backfill_of_anvil_with_roots_checked_is_proven_again_from_the_database(db_url, conn, chain_node, work):
+    # anvil's chain: transfers, contract calls with logs, reverted transactions, empty blocks.
+    from indexer import planner
+
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    w = work(db_url, chain_node.url, "--workers", "2", "--drain", INDEXER_VERIFY_ROOTS="true")
+    assert w.wait() == 0, w.output()
+    assert "mismatch" not in w.output()
+    report = stored_roots.check(conn, 0, head + 1)
+    assert (report.proven, report.mismatched, report.stored_before_columns, dict(report.unprovable)) \
+        == (head + 1, {}, [], {}), report
+    result = run_indexer("verify", "--from", "0", "--to", str(head + 1), "--roots", db_url=db_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"roots: {head + 1:,} block(s) proven from the stored rows" in result.stdout
