@@ -15,7 +15,7 @@ from . import roots
 from .rpc import RpcClient
 
 
-def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False) -> Rows:
+def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False, chain_id: int | None = None) -> Rows:
     """Blocks `first..last` as rows, checked (`fetch_json`, then `decode`), and with
     `verify_roots`, each block's roots recomputed from what was fetched (`roots.check_block`):
     a mismatch is a ChainDataError naming the endpoints; a block that cannot be checked is kept,
@@ -25,7 +25,7 @@ def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = Fals
         rows = decode(first, blocks, receipts)
         if verify_roots:
             for block in blocks:
-                reason = roots.check_block(block, receipts.get(int(block["number"], 16), []))
+                reason = roots.check_block(block, receipts.get(int(block["number"], 16), []), chain_id=chain_id)
                 if reason is not None:
                     rows.unproven.append(reason)
         return rows

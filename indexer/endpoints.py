@@ -9,13 +9,17 @@ not ask an endpoint again for a method it lacks. Status sums the rows updated wi
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 import orjson
 import psycopg
 
+from .errors import first_line
 from .rpc import RpcClient
+
+log = logging.getLogger(__name__)
 
 RECORD_SECONDS = 10.0
 FRESH = "1 minute"
@@ -71,11 +75,22 @@ class Recorder:
 
     def maybe_record(self, conn: psycopg.Connection) -> bool:
         """Writes this worker's rows if it is time to; returns whether it wrote. The first call
-        first learns what the live workers found out already."""
+        first learns what the live workers found out already. A database error other than a
+        lost connection is logged, not raised: what status shows is not worth a job."""
         now = time.monotonic()
         due = self._last is None or now - self._last >= self.every
         if not due and self.client.lacking() == self._lacking:
             return False
+        try:
+            return self._record(conn, now)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            log.warning("could not record the endpoints' rates for indexer status: %s", first_line(exc))
+            self._last = now
+            return False
+
+    def _record(self, conn: psycopg.Connection, now: float) -> bool:
         if self._last is None:
             labels = [e.label for e in self.client.endpoints]
             known: dict[str, list[str]] = {}

@@ -71,7 +71,7 @@ class SafeHead:
         return safe
 
 
-def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool) -> Rows:
+def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool, chain_id: int | None) -> Rows:
     """Blocks `first..last` as rows (in a fetch thread), asked again when the answers disagree
     (a root that does not match is such a disagreement)."""
     for attempt in tenacity.Retrying(
@@ -81,7 +81,7 @@ def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool) -> Ro
         reraise=True,
     ):
         with attempt, metrics.counted.fetch_seconds.time():
-            return chain.fetch(client, first, last, verify_roots=verify_roots)
+            return chain.fetch(client, first, last, verify_roots=verify_roots, chain_id=chain_id)
     raise AssertionError("unreachable")
 
 

@@ -80,6 +80,7 @@ class Pool:
         self.cfg = cfg
         self.drain = drain
         self.metrics_directory = metrics_directory
+        self.chain_id: int | None = None  # known once the checks pass; the roots check needs it
         # The first workers are plain forks of this process, made before it starts any thread
         # or keeps any connection: they start with everything imported, at once. A replacement
         # (for a worker that died) cannot be forked from here any more, as it would inherit the
@@ -103,13 +104,13 @@ class Pool:
         if self.metrics_server is not None:
             # A worker that outlived the pool must not keep the metrics port from the next one.
             self.metrics_server.socket.close()
-        worker.main(self.cfg, self.drain, self.counters, self.metrics_directory)
+        worker.main(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id)
 
     def _start(self, slot: int) -> None:
         """A replacement worker, from the fork server."""
         p = self.ctx.Process(
             target=worker.main,
-            args=(self.cfg, self.drain, self.counters, self.metrics_directory),
+            args=(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id),
             name=f"worker-{slot}",
             daemon=False,
         )
@@ -120,7 +121,7 @@ class Pool:
         self.stopping = True
 
     def run(self) -> int:
-        check_chain(self.cfg)
+        self.chain_id = check_chain(self.cfg)
         database = None
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)

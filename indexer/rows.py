@@ -318,9 +318,20 @@ def _disagree(number: int, what: str, key: str, value: Any, stored: str) -> Chai
     return ChainDataError(f"block {number}: {what}'s {key} {str(value)[:80]!r} disagrees with {stored}")
 
 
+def _required(value: str | None, key: str) -> str:
+    """A key every answer has: null would store NULL, which in logs_bloom means "stored before
+    migration 005"."""
+    if value is None:
+        raise ValueError(f"{key} is null")
+    return value
+
+
 def _checked(line: str, tabs: int, number: int) -> str:
     try:
-        if not line.encode("ascii").translate(None, _COPY_SAFE) and line.count("\t") == tabs:
+        # Every backslash must be one we wrote: the `\\x` of a bytea or the `\N` of a NULL. A
+        # node's "0xab\146" would otherwise reach COPY as an octal escape, another byte.
+        if not line.encode("ascii").translate(None, _COPY_SAFE) and line.count("\t") == tabs \
+                and line.count("\\") == 2 * line.count("\\\\x") + line.count("\\N"):
             return line
     except UnicodeEncodeError:
         pass
@@ -339,7 +350,7 @@ def block_line(block: dict[str, Any], number: int, transaction_count: int, log_c
         _b(block["receiptsRoot"]),
         # logsBloom is required (every header has one): a NULL logs_bloom marks a block stored
         # before these columns existed (schema/005_every_field.sql).
-        _b(get("nonce")), _b(get("mixHash")), _b(get("sha3Uncles")), _b(block["logsBloom"]),
+        _b(get("nonce")), _b(get("mixHash")), _b(get("sha3Uncles")), _b(_required(block["logsBloom"], "logsBloom")),
         _q(get("difficulty")), _q(get("totalDifficulty")),
         _b(get("withdrawalsRoot")), NULL if withdrawals is None else str(len(withdrawals)),
         _q(get("blobGasUsed")), _q(get("excessBlobGas")),
@@ -378,7 +389,7 @@ def transaction_line(tx: dict[str, Any], receipt: dict[str, Any], block: dict[st
         _q(get("chainId")), _q(get("v")), _q(get("r")), _q(get("s")), _q(get("yParity")),
         _q(get("maxFeePerBlobGas")),
         # logsBloom is required (every receipt has one): NULL marks a row stored before 005.
-        _b(receipt_get("root")), _b(receipt["logsBloom"]), _q(receipt_get("blobGasUsed")),
+        _b(receipt_get("root")), _b(_required(receipt["logsBloom"], "logsBloom")), _q(receipt_get("blobGasUsed")),
         _q(receipt_get("blobGasPrice")),
     )), _TRANSACTION_TABS, number)
     return "\t".join((

@@ -74,14 +74,17 @@ _METHOD_NOT_FOUND = -32601
 _PRUNED_HISTORY = 4444
 _RATE_LIMITED_CODES = frozenset({429, -32005, -32029})
 _UNSUPPORTED_TEXT = re.compile(
-    r"method\b[^.]*?(not (found|available|supported|allowed|implemented)|does not exist|unsupported)"
-    r"|unsupported method|not whitelisted")
+    r"method\b[^.]*?(not (found|supported|allowed|implemented)|does not exist|unsupported)"
+    r"|unsupported method|method not available|not whitelisted")
+# dRPC's "no available upstreams" is left out: it is as often a passing outage as missing history.
 _PRUNED_TEXT = re.compile(
-    r"prun|histor(y|ical)\b[^.]*?(not |un)available|neither stored nor reproducible|no available upstreams"
-    r"|height is not available")
+    r"prun|histor(y|ical)\b[^.]*?(not |un)available|neither stored nor reproducible|height is not available")
 _TOO_LARGE_TEXT = re.compile(
     r"too (large|big)|response size|batch (size|limit)|size limit|max(imum)? batch|batch[^.]*?(exceed|not supported)"
-    r"|too many (calls|requests) in (a |the )?batch|(response|body|payload)[^.]*?exceed")
+    r"|too many (calls|requests) in (a |the )?batch|(response|body|payload) (size )?exceed")
+# A timeout says "exceeded" too ("context deadline exceeded", "response timeout exceeded"): it is
+# worth another try, never a reason to ask for less or to leave the node.
+_TIMEOUT_TEXT = re.compile(r"deadline|time ?out|timed out")
 _RATE_LIMITED_TEXT = re.compile(
     r"rate.?limit|rate exceeded|too many requests|credits limited|request limit|capacity|throttl|limit exceeded"
     r"|quota|server is busy|overloaded")
@@ -95,6 +98,8 @@ def classify(code: Any, message: str) -> str:
     PRUNED (it no longer has that history), TOO_LARGE (ask for less at a time), RATE_LIMITED, or
     ERROR (anything else: worth another try)."""
     text = message.lower()
+    if _TIMEOUT_TEXT.search(text):
+        return RATE_LIMITED if code in _RATE_LIMITED_CODES else ERROR
     if code == _METHOD_NOT_FOUND or _UNSUPPORTED_TEXT.search(text):
         return UNSUPPORTED
     if code == _PRUNED_HISTORY or _PRUNED_TEXT.search(text):

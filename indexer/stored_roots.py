@@ -21,6 +21,9 @@ from . import roots
 
 WINDOW_BLOCKS = 500
 
+# A window's four reads see one snapshot: a block replaced between them would look tampered with.
+SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
 BLOCKS = """
 SELECT number, transactions_root, receipts_root, withdrawals_root, logs_bloom IS NULL
 FROM blocks WHERE number >= %(lo)s AND number < %(hi)s ORDER BY number
@@ -102,40 +105,49 @@ def check(conn: psycopg.Connection, start: int, end: int, *, chain_id: int | Non
     """Proves the roots of the stored blocks in [start, end); missing blocks are `verify`'s."""
     report = RootsReport()
     for lo, hi in _windows(start, end):
-        params = {"lo": lo, "hi": hi}
-        headers = conn.execute(BLOCKS, params).fetchall()
-        if not headers:
-            continue
-        txs: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        receipts: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for row in conn.execute(TRANSACTIONS, params):
-            tx, receipt = _transaction(row)
-            txs[row[0]].append(tx)
-            receipts[row[0]].append(receipt)
-        for row in conn.execute(LOGS, params):
-            block_receipts = receipts[row[0]]
-            if row[1] < len(block_receipts):  # a log of a missing transaction shows as a mismatch
-                block_receipts[row[1]]["logs"].append(_log(row))
-        withdrawals: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for number, index, validator, address, amount in conn.execute(WITHDRAWALS, params):
-            withdrawals[number].append({"index": _q(index), "validatorIndex": _q(validator),
-                                        "address": _hex(address), "amount": _q(amount)})
-        for number, tx_root, receipt_root, withdrawal_root, before_columns in headers:
-            if before_columns:
-                report.stored_before_columns.append(number)
-                continue
-            block = {"number": hex(number), "transactions": txs.get(number, []),
-                     "transactionsRoot": _hex(tx_root), "receiptsRoot": _hex(receipt_root)}
-            if withdrawal_root is not None:
-                block["withdrawalsRoot"] = _hex(withdrawal_root)
-                block["withdrawals"] = withdrawals.get(number, [])
-            try:
-                reason = roots.check_block(block, receipts.get(number, []), chain_id=chain_id)
-            except roots.RootMismatch as exc:
-                report.mismatched[number] = str(exc)
-                continue
-            if reason is None:
-                report.proven += 1
-            else:
-                report.unprovable[reason] += 1
+        with conn.transaction():
+            conn.execute(SNAPSHOT)
+            _check_window(conn, lo, hi, chain_id, report)
     return report
+
+
+def _check_window(conn: psycopg.Connection, lo: int, hi: int, chain_id: int | None, report: RootsReport) -> None:
+    params = {"lo": lo, "hi": hi}
+    headers = conn.execute(BLOCKS, params).fetchall()
+    if not headers:
+        return
+    txs: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    receipts: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in conn.execute(TRANSACTIONS, params):
+        tx, receipt = _transaction(row)
+        txs[row[0]].append(tx)
+        receipts[row[0]].append(receipt)
+    for row in conn.execute(LOGS, params):
+        block_receipts = receipts[row[0]]
+        if row[1] < len(block_receipts):  # a log of a missing transaction shows as a mismatch
+            block_receipts[row[1]]["logs"].append(_log(row))
+    withdrawals: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for number, index, validator, address, amount in conn.execute(WITHDRAWALS, params):
+        withdrawals[number].append({"index": _q(index), "validatorIndex": _q(validator),
+                                    "address": _hex(address), "amount": _q(amount)})
+    for number, tx_root, receipt_root, withdrawal_root, before_columns in headers:
+        if before_columns:
+            report.stored_before_columns.append(number)
+            continue
+        block = {"number": hex(number), "transactions": txs.get(number, []),
+                 "transactionsRoot": _hex(tx_root), "receiptsRoot": _hex(receipt_root)}
+        if withdrawal_root is not None:
+            block["withdrawalsRoot"] = _hex(withdrawal_root)
+            block["withdrawals"] = withdrawals.get(number, [])
+        try:
+            reason = roots.check_block(block, receipts.get(number, []), chain_id=chain_id)
+        except roots.RootMismatch as exc:
+            report.mismatched[number] = str(exc)
+            continue
+        except (KeyError, TypeError, ValueError) as exc:  # rows stored unchecked, malformed
+            report.mismatched[number] = f"block {number} cannot be rebuilt from its rows ({type(exc).__name__}: {exc})"
+            continue
+        if reason is None:
+            report.proven += 1
+        else:
+            report.unprovable[reason] += 1

@@ -67,7 +67,8 @@ _LOG_LINES = {
 
 
 class Worker:
-    def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counters | None = None) -> None:
+    def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counters | None = None,
+                 chain_id: int | None = None) -> None:
         self.cfg = cfg
         self.drain = drain
         self.counters = counters
@@ -78,7 +79,7 @@ class Worker:
         self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
         self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations,
                                                use_finalized=cfg.use_finalized)
-        self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots),
+        self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots, chain_id=chain_id),
                                    in_flight=cfg.rpc_in_flight,
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
                                    stop=self.stop)
@@ -253,11 +254,12 @@ class Worker:
         log.log(level, line.format(id=job.id, detail=detail, seconds=seconds))
 
 
-def main(cfg: Settings, drain: bool, counters: Counters | None, metrics_directory: str | None) -> None:
+def main(cfg: Settings, drain: bool, counters: Counters | None, metrics_directory: str | None,
+         chain_id: int | None = None) -> None:
     """Entry point of a worker process started by the pool."""
     if metrics_directory is not None:
         metrics.share_between_processes(metrics_directory)
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
-    worker = Worker(cfg, drain=drain, counters=counters)
+    worker = Worker(cfg, drain=drain, counters=counters, chain_id=chain_id)
     signals.on_stop(worker.stop.set)
     raise SystemExit(worker.run())

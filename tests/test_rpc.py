@@ -383,6 +383,12 @@ def test_status_shows_the_rate_each_endpoint_settled_on(db_url, conn, chain_node
     (-32000, "Too many requests", RATE_LIMITED),
     (-32000, "header not found", "rpc_error"),
     (-32002, "request timed out", "rpc_error"),
+    # Passing troubles that say "exceeded" or "not available": worth another try on the same node.
+    (-32000, "failed to get response: context deadline exceeded", "rpc_error"),
+    (-32000, "batch request failed: context deadline exceeded", "rpc_error"),
+    (-32000, "upstream response timeout exceeded", "rpc_error"),
+    (-32000, "method handler is temporarily not available", "rpc_error"),
+    (-32000, "no available upstreams", "rpc_error"),  # dRPC, often a passing outage
 ])
 def test_real_error_texts_are_read_as_what_they_mean(code, message, kind):
     assert classify(code, message) == kind

@@ -490,7 +490,20 @@ def test_unsigned_system_transactions_are_reasons() -> None:
     sync.update(type="0x0", r="0x0", s="0x0", v="0x0", gasPrice="0x0", gas="0x0", input="0x")
     block["transactions"].append(sync)
     receipts.append(copy.deepcopy(receipts[-1]))
-    assert check_block(block, receipts) == "unsigned transaction of type 0x0 (a system transaction)"
+    assert check_block(block, receipts, chain_id=137) == "unsigned transaction of type 0x0 (a system transaction)"
+
+
+def test_an_unsigned_transaction_where_the_chain_has_none_is_a_mismatch() -> None:
+    """On mainnet (or a chain not known to list system transactions), an unsigned transaction
+    added to a block is one the block never held, not a reason to skip the check."""
+    block, receipts = load("mainnet-18000000")
+    sync = copy.deepcopy(block["transactions"][-1])
+    sync.update(type="0x0", r="0x0", s="0x0", v="0x0", gasPrice="0x0", gas="0x0", input="0x")
+    block["transactions"].append(sync)
+    receipts.append(copy.deepcopy(receipts[-1]))
+    for chain_id in (None, 1, 100):
+        with pytest.raises(RootMismatch, match="transactions root mismatch at block 18000000"):
+            check_block(block, receipts, chain_id=chain_id)
 
 
 def test_fields_of_other_chains_make_a_mismatch_a_reason() -> None:
@@ -671,3 +684,16 @@ def test_op_stack_withdrawals_root_is_not_a_list_root() -> None:
     block["withdrawalsRoot"] = "0x" + "ab" * 32
     with pytest.raises(RootMismatch, match="^withdrawals root mismatch at block 20$"):
         check_block(block, receipts)
+
+
+def test_only_chains_known_to_predate_byzantium_excuse_receipts_without_a_root() -> None:
+    """Erigon and reth send pre-Byzantium receipts without their state root: on mainnet that
+    block cannot be checked. On a chain not known to have such blocks, a receipts root that does
+    not match is a mismatch (a log or receipt left out), however low the block."""
+    block, receipts = load("mainnet-1755635")
+    for receipt in receipts:
+        receipt.pop("root", None)
+        receipt["status"] = "0x1"
+    assert check_block(block, receipts, chain_id=1) == "pre-Byzantium receipts without their state root"
+    with pytest.raises(RootMismatch, match="receipts root mismatch at block 1755635"):
+        check_block(block, receipts, chain_id=100)
