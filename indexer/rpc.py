@@ -146,7 +146,10 @@ class AdaptiveRate:
     STEP_SHARE = 0.05
     MIN_STEP = 5.0
     RAISE_EVERY = 1.0
-    FLOOR = 1.0
+    # Never below this: a worker's batches are ~100 calls and a few are in flight, so a lower
+    # rate would make one batch wait minutes, past its job's lease. A provider that allows
+    # less keeps answering 429s, which the retries' backoff and Retry-After then space out.
+    FLOOR = 10.0
     WINDOW = 5.0
     HOLD = 1.0
 
