@@ -10,6 +10,15 @@ def addr(value: str | None) -> bytes | None:
     return None if value is None else bytes.fromhex(value[2:])
 
 
+def raw(value: bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def number(value: bytes | int | None) -> int | None:
+    """web3.py gives a signature's r and s as bytes."""
+    return int.from_bytes(value, "big") if isinstance(value, bytes) else value
+
+
 def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: int) -> None:
     """Every block, transaction, receipt field and log in Postgres equals what the node returns
     (read here through web3.py, independently of the indexer's own decoding)."""
@@ -22,6 +31,9 @@ def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: in
             n, bytes(b.hash), bytes(b.parentHash), b.timestamp, addr(b.miner), b.gasUsed, b.gasLimit,
             b.get("baseFeePerGas"), len(b.transactions), sum(len(r.logs) for r in receipts), b.size,
             bytes(b.extraData), bytes(b.stateRoot), bytes(b.transactionsRoot), bytes(b.receiptsRoot),
+            raw(b.get("nonce")), raw(b.get("mixHash")), raw(b.get("sha3Uncles")), raw(b.get("logsBloom")),
+            b.get("difficulty"), raw(b.get("withdrawalsRoot")), None if b.get("withdrawals") is None
+            else len(b.withdrawals), b.get("blobGasUsed"), b.get("excessBlobGas"), raw(b.get("parentBeaconBlockRoot")),
         ))
         for tx, r in zip(b.transactions, receipts, strict=True):
             txs.append((
@@ -29,6 +41,8 @@ def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: in
                 tx.get("gasPrice"), tx.get("maxFeePerGas"), tx.get("maxPriorityFeePerGas"), bytes(tx.input),
                 tx.nonce, tx.type, r.status, r.gasUsed, r.cumulativeGasUsed, r.effectiveGasPrice,
                 addr(r.contractAddress),
+                tx.get("chainId"), tx.get("v"), number(tx.get("r")), number(tx.get("s")), tx.get("yParity"),
+                raw(r.get("logsBloom")),
             ))
             for lg in r.logs:
                 topics = [bytes(t) for t in lg.topics] + [None] * (4 - len(lg.topics))
@@ -38,11 +52,14 @@ def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: in
     got_blocks = conn.execute(
         "SELECT number, hash, parent_hash, extract(epoch FROM timestamp)::bigint, miner, gas_used, gas_limit,"
         " base_fee_per_gas, transaction_count, log_count, size, extra_data, state_root, transactions_root,"
-        " receipts_root FROM blocks WHERE number BETWEEN %(first)s AND %(last)s ORDER BY number", rng).fetchall()
+        " receipts_root, nonce, mix_hash, sha3_uncles, logs_bloom, difficulty, withdrawals_root, withdrawal_count,"
+        " blob_gas_used, excess_blob_gas, parent_beacon_block_root"
+        " FROM blocks WHERE number BETWEEN %(first)s AND %(last)s ORDER BY number", rng).fetchall()
     got_txs = conn.execute(
         "SELECT block_number, transaction_index, hash, from_address, to_address, value, gas, gas_price,"
         " max_fee_per_gas, max_priority_fee_per_gas, input, nonce, type, status, gas_used, cumulative_gas_used,"
-        " effective_gas_price, contract_address FROM transactions WHERE block_number BETWEEN %(first)s AND %(last)s"
+        " effective_gas_price, contract_address, chain_id, v, r, s, y_parity, logs_bloom"
+        " FROM transactions WHERE block_number BETWEEN %(first)s AND %(last)s"
         " ORDER BY block_number, transaction_index", rng).fetchall()
     got_logs = conn.execute(
         "SELECT block_number, log_index, transaction_index, transaction_hash, address, topic0, topic1, topic2,"
@@ -59,4 +76,4 @@ def assert_matches_node(conn: psycopg.Connection, url: str, first: int, last: in
 def snapshot(conn: psycopg.Connection) -> list:
     """Every chain row with its row version (xmin): equal snapshots mean nothing was rewritten."""
     return [conn.execute(f"SELECT xmin::text, t.* FROM {table} t ORDER BY 2, 3").fetchall()
-            for table in ("blocks", "transactions", "logs")]
+            for table in ("blocks", "transactions", "logs", "withdrawals")]
