@@ -29,14 +29,15 @@ or "pruned".
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 import requests
+
+from .loopback import LoopbackServer, send
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
 NAMED_FAULTS = ("http413", "http429_bare", "limit_exceeded")
@@ -48,16 +49,7 @@ PRUNED_HISTORY = {"code": 4444, "message": "pruned history unavailable"}
 LIMIT_EXCEEDED = {"code": -32005, "message": "limit exceeded"}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        # A client killed mid-request (the chaos run kills workers) resets its connection: expected.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     def __init__(
         self,
         upstream: str,
@@ -98,22 +90,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.served: Counter[str] = Counter()
         self.requests: list[tuple[float, int]] = []  # (monotonic time, calls in the request)
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                proxy.handle(self, body)
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(self.handle)
 
     def _choose(self) -> str:
         with self.lock:
@@ -141,29 +118,29 @@ class FaultProxy:
             if self.limit_as == "json-rpc":
                 return self._limit_exceeded(h, items, batch)
             headers = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
-            return self._send(h, 429, b'{"error": "too many requests"}', headers)
+            return send(h, 429, b'{"error": "too many requests"}', headers)
         if self.max_batch is not None and calls > self.max_batch:
             self._count("too_large")
             if self.too_large_as == "http413":
-                return self._send(h, 413, b"Request Entity Too Large", content_type="text/plain")
+                return send(h, 413, b"Request Entity Too Large", content_type="text/plain")
             if self.too_large_as == "geth":
                 first = next((c.get("id") for c in items if isinstance(c, dict)), None)
-                return self._send(h, 200, orjson.dumps([_error(first, BATCH_TOO_LARGE)]))
+                return send(h, 200, orjson.dumps([_error(first, BATCH_TOO_LARGE)]))
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"batch too large: {calls} > {self.max_batch}"}}
-            return self._send(h, 200, orjson.dumps(error))
+            return send(h, 200, orjson.dumps(error))
         fault = self._choose()
         self._count(fault)
         if fault == "http500":
-            return self._send(h, 500, b"internal error")
+            return send(h, 500, b"internal error")
         if fault in ("http429", "http429_bare"):
             headers = {"Retry-After": self.retry_after} if fault == "http429" and self.retry_after is not None else {}
-            return self._send(h, 429, b'{"error": "slow down"}', headers)
+            return send(h, 429, b'{"error": "slow down"}', headers)
         if fault == "http413":
-            return self._send(h, 413, b"Request Entity Too Large", content_type="text/plain")
+            return send(h, 413, b"Request Entity Too Large", content_type="text/plain")
         if fault == "limit_exceeded":
             return self._limit_exceeded(h, items, batch)
         if fault == "html":
-            return self._send(h, 200, b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+            return send(h, 200, b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
         if fault == "timeout":
             time.sleep(self.hold_seconds)
         local = {i: error for i, c in enumerate(items) if (error := self._refusal(c)) is not None}
@@ -176,7 +153,7 @@ class FaultProxy:
             content = content[: max(1, len(content) // 2)]
         elif fault == "reorder" and batch:
             content = orjson.dumps(list(reversed(orjson.loads(content))))
-        self._send(h, status, content)
+        send(h, status, content)
 
     def _refusal(self, call: object) -> dict | None:
         """The error this node answers `call` with itself, if any."""
@@ -216,7 +193,7 @@ class FaultProxy:
 
     def _limit_exceeded(self, h: BaseHTTPRequestHandler, items: list, batch: bool) -> None:
         answers = [_error(c.get("id") if isinstance(c, dict) else None, LIMIT_EXCEEDED) for c in items]
-        return self._send(h, 200, orjson.dumps(answers if batch else answers[0]))
+        return send(h, 200, orjson.dumps(answers if batch else answers[0]))
 
     def _take(self, calls: int) -> bool:
         """Whether `calls` calls fit in the rate limit now (a token bucket)."""
@@ -233,30 +210,6 @@ class FaultProxy:
     def _count(self, what: str) -> None:
         with self.lock:
             self.served[what] += 1
-
-    @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, content: bytes, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", content_type)
-            h.send_header("Content-Length", str(len(content)))
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(content)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (its timeout): nothing to do
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def __enter__(self) -> "FaultProxy":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _error(id_: object, error: dict) -> dict:

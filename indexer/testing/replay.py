@@ -29,15 +29,14 @@ the software or provider that sends it (sources beside each constant):
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 import orjson
 
 from . import fixtures
+from .loopback import LoopbackServer, send
 
 # go-ethereum rpc/errors.go (methodNotFoundError): code -32601, "the method %s does not
 # exist/is not available".
@@ -71,14 +70,6 @@ INVALID_REQUEST = {"code": -32600, "message": "invalid request"}
 _TAGS_HIGHEST = ("latest", "pending", "finalized", "safe")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 class _InvalidParams(Exception):
     """A call whose parameters a node would refuse (-32602)."""
 
@@ -91,7 +82,7 @@ class _Refused(Exception):
         self.kind = kind
 
 
-class ReplayNode:
+class ReplayNode(LoopbackServer):
     def __init__(
         self,
         names: list[str] | None = None,
@@ -154,23 +145,7 @@ class ReplayNode:
         self.served: Counter[str] = Counter()    # method -> calls answered with a result (null included)
         self.refused: Counter[str] = Counter()   # kind -> calls (or requests) answered with an error
         self.requests: list[int] = []            # calls in each HTTP request, in order
-        node = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, content, headers = node.handle(body)
-                node._send(self, status, content, headers)
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(lambda request, body: send(request, *self.handle(body)))
 
     # --- one HTTP request ---------------------------------------------------------------------
 
@@ -337,29 +312,6 @@ class ReplayNode:
     def _count_refused(self, kind: str) -> None:
         with self.lock:
             self.refused[kind] += 1
-
-    @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, content: bytes, headers: dict[str, str]) -> None:
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(content)))
-            for k, v in headers.items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(content)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def __enter__(self) -> "ReplayNode":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _is_call(call: Any) -> bool:

@@ -1,0 +1,61 @@
+"""An HTTP server on a free loopback port, serving from a thread of its own: the body the fault
+proxy and the replay node share. Each POST's body goes to `handle(request, body)`, which answers
+with `send`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+Handle = Callable[[BaseHTTPRequestHandler, bytes], None]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client killed mid-request (the chaos run kills workers) resets its connection: expected.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class LoopbackServer:
+    def __init__(self, handle: Handle) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass  # a line per request would drown the test's output
+
+            def do_POST(self) -> None:
+                handle(self, self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> "LoopbackServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def send(request: BaseHTTPRequestHandler, status: int, content: bytes, headers: dict[str, str] | None = None,
+         content_type: str = "application/json") -> None:
+    try:
+        request.send_response(status)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Content-Length", str(len(content)))
+        for k, v in (headers or {}).items():
+            request.send_header(k, v)
+        request.end_headers()
+        request.wfile.write(content)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the client gave up (its timeout): nothing to do
