@@ -42,7 +42,7 @@ from psycopg.conninfo import make_conninfo
 
 from indexer import chain, db, store
 from indexer.rpc import RpcClient
-from indexer.testing.anvil import EMITTER_INIT, Anvil
+from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.processes import descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
@@ -215,24 +215,6 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
     drop_database(admin_url, name)
     return {step: 1000 * t / (head + 1) for step, t in spent.items()}
 
-
-def build_dense(node: Anvil, blocks: int, txs: int) -> None:
-    s = requests.Session()
-    accounts = node.rpc("eth_accounts")
-    node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
-    node.rpc("evm_mine")
-    emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
-    for b in range(blocks):
-        calls = []
-        for i in range(txs):
-            tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
-            if i % 2:
-                tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
-            else:
-                tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
-            calls.append(("eth_sendTransaction", [tx]))
-        post(s, node.url, calls)
-        node.rpc("evm_mine")
 
 
 def main() -> None:

@@ -48,14 +48,13 @@ if "--keccak-pycryptodome" in sys.argv:
 
 import orjson
 import psycopg
-import requests
 from psycopg.conninfo import make_conninfo
 
 from indexer import chain, db, roots, store
 from indexer.prefetch import batch_blocks
 from indexer.rpc import RpcClient
 from indexer.testing import fixtures
-from indexer.testing.anvil import EMITTER_INIT, Anvil
+from indexer.testing.anvil import Anvil, build_dense
 
 RECORDED = "mainnet-18000000"
 
@@ -80,26 +79,6 @@ def cpu_ms(fn: Callable[[], Any], repeat: int, per: int = 1, min_seconds: float 
 
 # --- the blocks -----------------------------------------------------------------------------------
 
-
-def build_dense(node: Anvil, blocks: int, txs: int) -> None:
-    """Like scripts/bench_backfill.py's dense chain: `txs` transactions a block, every other one a
-    call of a contract that emits two logs, the others plain transfers."""
-    s = requests.Session()
-    accounts = node.rpc("eth_accounts")
-    node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
-    node.rpc("evm_mine")
-    emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
-    for b in range(blocks):
-        calls = []
-        for i in range(txs):
-            tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
-            if i % 2:
-                tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
-            else:
-                tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
-            calls.append({"jsonrpc": "2.0", "id": i, "method": "eth_sendTransaction", "params": [tx]})
-        s.post(node.url, data=orjson.dumps(calls), headers={"Content-Type": "application/json"}, timeout=60)
-        node.rpc("evm_mine")
 
 
 def encodings(block: dict[str, Any], receipts: list[dict[str, Any]]) -> list[list[bytes]]:

@@ -64,6 +64,16 @@ class Node:
     def mine(self, blocks: int = 1) -> None:
         self.rpc("anvil_mine", hex(blocks), "0x1")
 
+    def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        """The calls in one JSON-RPC batch; their results in order."""
+        body = [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls)]
+        answers = orjson.loads(requests.post(self.url, data=orjson.dumps(body), timeout=120,
+                                             headers={"Content-Type": "application/json"}).content)
+        errors = [a["error"] for a in answers if "error" in a]
+        if errors:
+            raise RuntimeError(f"{calls[0][0]}: {errors[0]}")
+        return [a["result"] for a in sorted(answers, key=lambda a: a["id"])]
+
 
 
 class Anvil(Node):
@@ -95,6 +105,27 @@ class Anvil(Node):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def build_dense(node: Node, blocks: int, txs: int) -> None:
+    """The benchmarks' dense chain: `blocks` blocks of `txs` transactions, every other one a call
+    of a contract that emits two logs, the others plain transfers (on a node started with
+    --no-mining)."""
+    accounts = node.rpc("eth_accounts")
+    node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
+    node.rpc("evm_mine")
+    emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
+    for b in range(blocks):
+        calls = []
+        for i in range(txs):
+            tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
+            if i % 2:
+                tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
+            else:
+                tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
+            calls.append(("eth_sendTransaction", [tx]))
+        node.batch(calls)
+        node.rpc("evm_mine")
 
 
 def build_chain(node: Node, *, busy_blocks: int, empty_every: int = 3, txs_per_block: int = 6, seed: int = 7,
