@@ -429,7 +429,8 @@ class RpcClient:
 
     def lacking(self) -> dict[str, list[str]]:
         """The methods each endpoint is known to lack."""
-        return {e.label: sorted(e.unsupported) for e in self.endpoints}
+        with self._lock:  # fetch threads add to these sets
+            return {e.label: sorted(e.unsupported) for e in self.endpoints}
 
     def learn(self, label: str, methods: Sequence[str]) -> None:
         """Takes as known that the endpoint `label` lacks `methods` (found by other workers): it
@@ -601,9 +602,10 @@ class RpcClient:
             raise _Refused(f"{where}: HTTP {resp.status_code}: {str(error)[:200]}", f"http_{resp.status_code // 100}xx")
         if resp.status_code != 200:
             text = resp.text[:300]
-            if classify(None, text) == TOO_LARGE:
+            kind = classify(None, text)
+            if kind == TOO_LARGE:
                 raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", TOO_LARGE)
-            if classify(None, text) == RATE_LIMITED:
+            if kind == RATE_LIMITED:
                 raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", RATE_LIMITED,
                                _retry_after(resp.headers.get("Retry-After")))
             raise _Refused(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
