@@ -1,18 +1,17 @@
 """RPC JSON -> rows for the chain tables, checked for consistency before anything is written.
 
-Fetching is here; `decode`, the rows and their columns are in `rows.py` (one mapper per entity,
-and where every key of a node's JSON goes), re-exported here: `chain.decode` is the entry point.
+Fetching is here; decoding, the rows and their columns are in `rows.py` (one mapper per entity,
+and where every key of a node's JSON goes). `decode` and `Rows` are re-exported here:
+`chain.decode` is the entry point.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .rows import (  # noqa: F401 (re-exported)
-    BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS, ChainDataError, Rows, decode,
-)
 from . import roots
-from .rpc import RpcClient
+from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re-exported)
+from .rpc import Fallback, RpcClient
 
 
 def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False, chain_id: int | None = None) -> Rows:
@@ -54,13 +53,11 @@ def fetch_json(client: RpcClient, first: int, last: int) -> tuple[list[Any], dic
     return blocks, {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
 
 
-def _receipts_by_transaction(blocks: list[dict[str, Any]]) -> Any:
+def _receipts_by_transaction(blocks: list[dict[str, Any]]) -> Fallback:
     """The `rpc.Fallback` for an endpoint without eth_getBlockReceipts (go-ethereum before 1.13,
     several providers): the receipts of a block asked by eth_getTransactionReceipt of each of its
     transactions, in transaction order. `decode` checks that each belongs to its block and
     transaction, as it does for a block's receipts."""
-    from .rpc import Fallback  # kept here: chain.py needs it for this function alone
-
     hashes = {b["hash"]: [tx["hash"] if isinstance(tx, dict) else tx for tx in b["transactions"]] for b in blocks}
 
     def by_transaction(call: tuple[str, Any]) -> list[tuple[str, Any]]:

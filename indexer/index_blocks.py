@@ -92,12 +92,17 @@ def _range(job: Claim) -> BlockRange:
     return blocks
 
 
+def _resume_at(job: Claim, blocks: BlockRange) -> int:
+    """The first block still to index: batches an earlier claim committed are not redone."""
+    return max(blocks.first, job.cursor or blocks.first)
+
+
 def ask_ahead(worker: Worker, job: Claim) -> Batches:
     """What to fetch of a job claimed ahead: its blocks from its cursor up to the safe head."""
     blocks = BlockRange.of(job.kind, job.payload)
     if blocks is None:  # running it fails it
         return Batches(job, 0, -1)
-    first = max(blocks.first, job.cursor or blocks.first)
+    first = _resume_at(job, blocks)
     try:
         last = min(blocks.last, worker.safe_head.at_least(blocks.last))
     except RpcError:  # not this job's failure: nothing is asked ahead, and running it asks again
@@ -108,7 +113,7 @@ def ask_ahead(worker: Worker, job: Claim) -> Batches:
 def run(worker: Worker, job: Claim) -> Ended:
     blocks = _range(job)
     cfg = worker.cfg
-    cursor = max(blocks.first, job.cursor or blocks.first)
+    cursor = _resume_at(job, blocks)
     safe = worker.safe_head.at_least(blocks.last)
     batches = worker.prefetch.batches(job, cursor, min(blocks.last, safe))
     for rows in worker.prefetch.rows(batches, worker.claim_ahead):

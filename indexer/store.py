@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS, Rows
+from .rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS, Rows
 
 _B, _T, _L, _W = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS,
                                                WITHDRAWAL_COLUMNS))

@@ -14,7 +14,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from indexer import db, store, verify
-from indexer.chain import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, decode
+from indexer.chain import decode
+from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
 from indexer.testing.fixtures import load, names
 
 from .unit.test_every_field import NASTY, walk

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from indexer.testing.fixtures import FIXTURES
-from indexer.chain import (BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS,
-                           ChainDataError, decode)
+from indexer.chain import ChainDataError, decode
+from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 
 RECORDED = FIXTURES
 NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from indexer import rows as R
-from indexer.chain import (BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS,
-                           ChainDataError, decode)
+from indexer.chain import ChainDataError, decode
+from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import load, names
 
 NAMES = names()
