@@ -4,10 +4,11 @@
    redone) to its last block, or to the safe head if the job reaches past it.
 2. Its batches are fetched ahead of the writer (`prefetch.py`); once the last of them is asked
    for, the worker claims its next job and that job's first batches fill the room left.
-3. Each batch is one short transaction: `store.write`, then `queue.heartbeat` (extends the
-   lease, records the resume cursor, checks the token). A heartbeat that finds no row means the
-   reaper took the job back: the transaction, batch and all, is rolled back, and the claim ends
-   as lost.
+3. Each batch is one short transaction: `forks.check_links` (the batch must link to the stored
+   blocks on either side of it, or the job is given back: it would write a second fork), then
+   `store.write`, then `queue.heartbeat` (extends the lease, records the resume cursor, checks
+   the token). A heartbeat that finds no row means the reaper took the job back: the
+   transaction, batch and all, is rolled back, and the claim ends as lost.
 4. At the end the job is archived, again only if the token still holds: by `queue.complete`
    when the next job was claimed ahead, else by `queue.complete_and_claim`, which claims the
    next one in the same statement. A range reaching past the safe head is indexed as far as is
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import tenacity
 
-from . import chain, metrics, queue, store
+from . import chain, forks, metrics, queue, store
 from .block_range import BlockRange
 from .chain import ChainDataError, Rows
 from .claims import Ended, LostClaim, Stopping, Unrunnable
@@ -71,9 +72,11 @@ class SafeHead:
         return safe
 
 
-def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool, chain_id: int | None) -> Rows:
+def fetch(client: RpcClient, first: int, last: int, max_transactions: int | None = None, *, verify_roots: bool,
+          chain_id: int | None) -> Rows:
     """Blocks `first..last` as rows (in a fetch thread), asked again when the answers disagree
-    (a root that does not match is such a disagreement)."""
+    (a root that does not match is such a disagreement); with `max_transactions`, they may end
+    early (`chain.fetch`)."""
     for attempt in tenacity.Retrying(
         stop=tenacity.stop_after_attempt(CHAIN_DATA_ATTEMPTS),
         wait=tenacity.wait_random_exponential(multiplier=0.2, max=5),
@@ -81,7 +84,8 @@ def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool, chain
         reraise=True,
     ):
         with attempt, metrics.counted.fetch_seconds.time():
-            return chain.fetch(client, first, last, verify_roots=verify_roots, chain_id=chain_id)
+            return chain.fetch(client, first, last, verify_roots=verify_roots, chain_id=chain_id,
+                               max_transactions=max_transactions)
     raise AssertionError("unreachable")
 
 
@@ -122,6 +126,11 @@ def run(worker: Worker, job: Claim) -> Ended:
         # The heartbeat goes last: it locks the job's row, and a worker stalled while holding
         # that lock would hide the job from the reaper's SKIP LOCKED.
         with metrics.counted.write_seconds.time(), worker.conn.transaction():
+            try:
+                forks.check_links(worker.conn, rows)
+            except forks.ForkMismatch:
+                metrics.counted.fork_mismatches.inc()
+                raise
             store.write(worker.conn, rows)
             if not queue.heartbeat(worker.conn, job, lease_seconds=cfg.lease_seconds, cursor=rows.last + 1):
                 raise LostClaim()

@@ -1,30 +1,58 @@
 """`indexer verify`: what is wrong with the stored chain between two heights, and the repair.
 
-Three checks over blocks [start, end):
-- missing: block numbers with no row;
+Three checks of the stored rows over blocks [start, end):
+- missing: block numbers with no row, as runs computed in SQL (a range of millions of blocks with
+  few stored is a few runs, never a list of every number);
 - broken links: blocks whose parent_hash is not the hash of the block below (both are suspect);
 - wrong counts: blocks whose stored transactions or logs disagree with the block's own counts.
 `repair` deletes the rows of the suspect blocks and plans jobs for exactly those ranges, in one
 transaction, so that the workers write them again from the node.
+
+With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
+window by window: orphans of a reorg link to each other and pass every check above. Their
+repair, once the comparison is over, deletes every orphan's rows and plans them again, in one
+transaction.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 import psycopg
 
 from . import queue, store, stored_roots
 from .block_range import JOB_KIND, cut
+from .errors import IndexerError
 from .planner import PLAN_LOCK
+from .rpc import RpcClient
 
-# Each returns the block numbers at fault, in order.
-MISSING_BLOCKS = """
-SELECT n FROM generate_series(%(start)s::bigint, %(end)s::bigint - 1) AS n
-WHERE NOT EXISTS (SELECT 1 FROM blocks WHERE number = n)
-ORDER BY n
+# Runs, stored hashes and jobs are read, compared and written this many at a time: what any
+# range holds in memory.
+WINDOW = 1_000
+SHOWN = 20  # runs printed of each kind of problem
+
+Run = tuple[int, int]  # first, last: inclusive
+
+STORED_BLOCKS = "SELECT count(*) FROM blocks WHERE number >= %(start)s AND number < %(end)s"
+
+# The runs of absent block numbers in [after, end), in order, at most `limit` of them: the gaps
+# between consecutive stored numbers, with after - 1 and end standing for the edges. A gap ends
+# at a stored block (or at end), so the next page starts past the last run's end.
+MISSING_RUNS = """
+WITH present AS (
+    SELECT number FROM blocks WHERE number >= %(after)s AND number < %(end)s
+    UNION ALL SELECT %(after)s::bigint - 1
+    UNION ALL SELECT %(end)s::bigint
+), gaps AS (
+    SELECT lag(number) OVER (ORDER BY number) + 1 AS first, number - 1 AS last FROM present
+)
+SELECT first, last FROM gaps WHERE first <= last ORDER BY first LIMIT %(limit)s
 """
 
+# Each returns the block numbers at fault, in order: stored blocks, bounded by what is stored.
 BROKEN_LINKS = """
 SELECT b.number FROM blocks b JOIN blocks p ON p.number = b.number - 1
 WHERE b.number > %(start)s AND b.number < %(end)s AND b.parent_hash <> p.hash
@@ -42,15 +70,24 @@ WHERE b.number >= %(start)s AND b.number < %(end)s
 ORDER BY b.number
 """
 
+# The stored hashes of [after, end), by keyset, a window at a time.
+STORED_HASHES = """
+SELECT number, hash FROM blocks WHERE number >= %(after)s AND number < %(end)s ORDER BY number LIMIT %(limit)s
+"""
+
 DELETE_BLOCKS = "DELETE FROM blocks WHERE number = ANY(%(numbers)s)"
 DELETE_TRANSACTIONS = "DELETE FROM transactions WHERE block_number = ANY(%(numbers)s)"
 DELETE_LOGS = "DELETE FROM logs WHERE block_number = ANY(%(numbers)s)"
 DELETE_WITHDRAWALS = "DELETE FROM withdrawals WHERE block_number = ANY(%(numbers)s)"
+DELETES = (DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS)
 
 
 @dataclass
 class Report:
-    missing: list[int] = field(default_factory=list)
+    start: int = 0
+    end: int = 0  # exclusive; missing runs are read again from [start, end) by `repair`
+    missing: int = 0  # blocks with no row
+    missing_runs: list[Run] = field(default_factory=list)  # the first SHOWN of them
     broken_links: list[int] = field(default_factory=list)  # the upper block of each broken link
     wrong_counts: list[int] = field(default_factory=list)
     unproven_roots: list[int] = field(default_factory=list)  # with --roots: mismatched, or stored before 005
@@ -59,15 +96,15 @@ class Report:
     def ok(self) -> bool:
         return not (self.missing or self.broken_links or self.wrong_counts or self.unproven_roots)
 
-    def suspect_blocks(self) -> list[int]:
-        """Blocks to index again: a broken link condemns both of its blocks."""
+    def stored_suspects(self) -> list[int]:
+        """Stored blocks to delete and index again: a broken link condemns both of its blocks."""
         links = {n - 1 for n in self.broken_links} | set(self.broken_links)
-        return sorted(set(self.missing) | links | set(self.wrong_counts) | set(self.unproven_roots))
+        return sorted(links | set(self.wrong_counts) | set(self.unproven_roots))
 
 
-def ranges(numbers: list[int]) -> list[tuple[int, int]]:
+def ranges(numbers: Iterable[int]) -> list[Run]:
     """Sorted numbers as inclusive runs: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
-    runs: list[tuple[int, int]] = []
+    runs: list[Run] = []
     for n in numbers:
         if runs and runs[-1][1] == n - 1:
             runs[-1] = (runs[-1][0], n)
@@ -76,45 +113,108 @@ def ranges(numbers: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def check(conn: psycopg.Connection, start: int, end: int) -> Report:
+def merge_runs(*sorted_runs: Iterable[Run]) -> Iterator[Run]:
+    """Sorted runs from several sources as one sorted stream, overlapping or adjacent ones joined."""
+    current: Run | None = None
+    for first, last in heapq.merge(*sorted_runs):
+        if current is not None and first <= current[1] + 1:
+            current = (current[0], max(current[1], last))
+            continue
+        if current is not None:
+            yield current
+        current = (first, last)
+    if current is not None:
+        yield current
+
+
+def missing_runs(conn: psycopg.Connection, start: int, end: int, *, window: int = WINDOW) -> Iterator[Run]:
+    """The runs of blocks in [start, end) with no row, read `window` runs at a time."""
+    after = start
+    while True:
+        page = conn.execute(MISSING_RUNS, {"after": after, "end": end, "limit": window}).fetchall()
+        yield from page
+        if len(page) < window:
+            return
+        after = page[-1][1] + 1
+
+
+def check(conn: psycopg.Connection, start: int, end: int, *, shown: int = SHOWN) -> Report:
     params = {"start": start, "end": end}
+    missing = end - start - conn.execute(STORED_BLOCKS, params).fetchone()[0]
     return Report(
-        missing=[r[0] for r in conn.execute(MISSING_BLOCKS, params)],
+        start=start, end=end, missing=missing,
+        missing_runs=conn.execute(MISSING_RUNS, {"after": start, "end": end, "limit": shown}).fetchall() if missing else [],
         broken_links=[r[0] for r in conn.execute(BROKEN_LINKS, params)],
         wrong_counts=[r[0] for r in conn.execute(WRONG_COUNTS, params)],
     )
 
 
-def repair(conn: psycopg.Connection, report: Report, chunk: int) -> int:
-    """Deletes the suspect blocks' rows and plans jobs for them, cut as the planner cuts, in one
-    transaction. Returns the number of jobs planned."""
-    suspects = report.suspect_blocks()
-    jobs = [r for first, last in ranges(suspects) for r in cut(first, last + 1, chunk)]
+class Planned:
+    """Jobs for runs of blocks, cut as the planner cuts, enqueued `window` at a time in the
+    caller's transaction."""
+
+    def __init__(self, conn: psycopg.Connection, chunk: int, window: int = WINDOW) -> None:
+        self.conn, self.chunk, self.window = conn, chunk, window
+        self.jobs = 0
+        self._payloads: list[dict[str, int]] = []
+
+    def add(self, run: Run) -> None:
+        self._payloads.extend(r.payload() for r in cut(run[0], run[1] + 1, self.chunk))
+        if len(self._payloads) >= self.window:
+            self.flush()
+
+    def flush(self) -> None:
+        queue.enqueue(self.conn, JOB_KIND, self._payloads)
+        self.jobs += len(self._payloads)
+        self._payloads = []
+
+
+def _delete(conn: psycopg.Connection, numbers: list[int], window: int) -> None:
+    for i in range(0, len(numbers), window):
+        for statement in DELETES:
+            conn.execute(statement, {"numbers": numbers[i:i + window]})
+
+
+def repair(conn: psycopg.Connection, report: Report, chunk: int, *, window: int = WINDOW) -> int:
+    """Plans jobs for the missing and the suspect blocks, cut as the planner cuts, and deletes
+    the suspects' rows, in one transaction, `window` runs, jobs and blocks at a time. Returns
+    the number of jobs planned."""
+    suspects = report.stored_suspects()
     with conn.transaction():
         conn.execute(PLAN_LOCK)
-        for statement in (DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS):
-            conn.execute(statement, {"numbers": suspects})
-        queue.enqueue(conn, JOB_KIND, [r.payload() for r in jobs])
-    return len(jobs)
+        # Planned before the deletes: the missing runs read afterwards would include the suspects.
+        planned = Planned(conn, chunk, window)
+        gaps = missing_runs(conn, report.start, report.end, window=window) if report.missing else ()
+        for run in merge_runs(gaps, ranges(suspects)):
+            planned.add(run)
+        planned.flush()
+        _delete(conn, suspects, window)
+    return planned.jobs
 
 
-PROBLEMS = (("missing", "missing blocks"), ("broken_links", "broken parent links below blocks"),
+PROBLEMS = (("broken_links", "broken parent links below blocks"),
             ("wrong_counts", "blocks with wrong transaction or log counts"))
 
 
-def _runs(numbers: list[int], shown: int) -> str:
-    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in ranges(numbers)[:shown])
+def _runs(runs: list[Run], shown: int, more: bool = False) -> str:
+    text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs[:shown])
+    return text + (", ..." if more or len(runs) > shown else "")
 
 
-def describe(report: Report, start: int, end: int, *, shown: int = 20) -> list[str]:
+def describe(report: Report, start: int, end: int, *, shown: int = SHOWN) -> list[str]:
     """What `indexer verify` prints: each kind of problem with its first `shown` runs."""
     if not (report.missing or report.broken_links or report.wrong_counts):
         return [f"blocks {start:,}..{end - 1:,}: all present, linked and complete"]
-    return [f"{len(numbers):,} {what}: {_runs(numbers, shown)}"
-            for attribute, what in PROBLEMS if (numbers := getattr(report, attribute))]
+    lines = []
+    if report.missing:
+        listed = sum(last - first + 1 for first, last in report.missing_runs[:shown])
+        lines.append(f"{report.missing:,} missing blocks: {_runs(report.missing_runs, shown, listed < report.missing)}")
+    lines += [f"{len(numbers):,} {what}: {_runs(ranges(numbers), shown)}"
+              for attribute, what in PROBLEMS if (numbers := getattr(report, attribute))]
+    return lines
 
 
-def describe_roots(proof: stored_roots.RootsReport, *, shown: int = 20) -> list[str]:
+def describe_roots(proof: stored_roots.RootsReport, *, shown: int = SHOWN) -> list[str]:
     lines = [f"roots: {proof.proven:,} block(s) proven from the stored rows"]
     for number, what in list(proof.mismatched.items())[:shown]:
         lines.append(f"roots: {what}: the stored rows differ from what the block committed to")
@@ -123,7 +223,7 @@ def describe_roots(proof: stored_roots.RootsReport, *, shown: int = 20) -> list[
     if proof.stored_before_columns:
         lines.append(f"roots: {len(proof.stored_before_columns):,} block(s) stored before migration 005 added the"
                      f" fields their roots need (--repair indexes them again): "
-                     f"{_runs(proof.stored_before_columns, shown)}")
+                     f"{_runs(ranges(proof.stored_before_columns), shown)}")
     for reason, blocks in proof.unprovable.most_common():
         lines.append(f"roots: {blocks:,} block(s) cannot be proven here: {reason}")
     return lines
@@ -141,5 +241,133 @@ def run(conn: psycopg.Connection, start: int, end: int, *, repair_with_chunk: in
             print(line)
     if not report.ok and repair_with_chunk is not None:
         jobs = repair(conn, report, repair_with_chunk)
-        print(f"repair: planned {jobs} job(s) for {len(report.suspect_blocks()):,} block(s)")
+        blocks = report.missing + len(report.stored_suspects())
+        print(f"repair: planned {jobs} job(s) for {blocks:,} block(s)")
+    return report.ok
+
+
+# -- against the node ------------------------------------------------------------------------------
+
+
+class Runs:
+    """Numbers given in ascending order, as runs: counted, the first `shown` kept, and each run
+    handed to `closed` once it ends."""
+
+    def __init__(self, shown: int = SHOWN, closed: Callable[[Run], None] | None = None) -> None:
+        self.shown, self.closed = shown, closed
+        self.count = 0
+        self.kept: list[Run] = []
+        self.more = False  # runs past the first `shown`
+        self._open: Run | None = None
+
+    def add(self, n: int) -> None:
+        self.count += 1
+        if self._open is not None and self._open[1] == n - 1:
+            self._open = (self._open[0], n)
+            return
+        self.finish()
+        self._open = (n, n)
+
+    def finish(self) -> None:
+        if self._open is None:
+            return
+        if len(self.kept) < self.shown:
+            self.kept.append(self._open)
+        else:
+            self.more = True
+        if self.closed is not None:
+            self.closed(self._open)
+        self._open = None
+
+
+@dataclass
+class NodeReport:
+    head: int  # the node's head when the comparison began
+    compared: int = 0  # stored blocks at or below it
+    orphaned: Runs = field(default_factory=Runs)  # stored hash differs from the node's
+    above_head: Runs = field(default_factory=Runs)  # stored, but the node has no such block yet
+    repaired_jobs: int | None = None  # with repair: the jobs planned
+
+    @property
+    def ok(self) -> bool:
+        return not (self.orphaned.count or self.above_head.count)
+
+
+def _node_hash(n: int, block: object) -> bytes:
+    if not isinstance(block, dict) or not isinstance(block.get("hash"), str):
+        raise IndexerError(f"the node has no block {n}, below its head: cannot compare it")
+    try:
+        return bytes.fromhex(block["hash"].removeprefix("0x"))
+    except ValueError:
+        raise IndexerError(f"block {n}: the node answered a hash that is not hex: {block['hash'][:80]!r}") from None
+
+
+def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
+                 repair_with_chunk: int | None = None, window: int = WINDOW) -> NodeReport:
+    """Compares the stored hashes of [start, end) with the node's canonical ones, `window` blocks
+    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction. With
+    `repair_with_chunk`, the orphans' runs are then deleted and planned again in one short
+    transaction: the comparison's round trips to the node never hold the plan lock."""
+    report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
+    orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
+    report.orphaned = Runs(closed=orphan_runs.append)
+    after = start
+    while True:
+        stored = conn.execute(STORED_HASHES, {"after": after, "end": end, "limit": window}).fetchall()
+        below = [(n, bytes(h)) for n, h in stored if n <= report.head]
+        answers = client.batch([("eth_getBlockByNumber", (hex(n), False)) for n, _ in below]) if below else []
+        for (n, h), block in zip(below, answers):
+            if _node_hash(n, block) != h:
+                report.orphaned.add(n)
+        for n, _ in stored[len(below):]:
+            report.above_head.add(n)
+        report.compared += len(below)
+        if len(stored) < window:
+            break
+        after = stored[-1][0] + 1
+    report.orphaned.finish()
+    report.above_head.finish()
+    if repair_with_chunk is not None:
+        report.repaired_jobs = replan_orphans(conn, orphan_runs, repair_with_chunk, window=window)
+    return report
+
+
+def replan_orphans(conn: psycopg.Connection, runs: list[Run], chunk: int, *, window: int = WINDOW) -> int:
+    """Deletes the rows of every block in `runs` and plans jobs for them, in one transaction.
+    Returns the number of jobs planned."""
+    with conn.transaction():
+        conn.execute(PLAN_LOCK)
+        planned = Planned(conn, chunk, window)
+        for run in runs:
+            planned.add(run)
+        planned.flush()
+        numbers = itertools.chain.from_iterable(range(first, last + 1) for first, last in runs)
+        while batch := list(itertools.islice(numbers, window)):
+            _delete(conn, batch, window)
+    return planned.jobs
+
+
+def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]:
+    """What `indexer verify --against-node` prints."""
+    lines = []
+    if report.orphaned.count:
+        lines.append(f"{report.orphaned.count:,} orphaned blocks (stored hash differs from the node's): "
+                     f"{_runs(report.orphaned.kept, SHOWN, report.orphaned.more)}")
+    if report.above_head.count:
+        lines.append(f"{report.above_head.count:,} stored blocks above the node's head {report.head:,}, not compared: "
+                     f"{_runs(report.above_head.kept, SHOWN, report.above_head.more)}")
+    if not lines:
+        lines.append(f"blocks {start:,}..{end - 1:,}: all {report.compared:,} stored block(s) have the node's hash")
+    if report.repaired_jobs is not None and report.orphaned.count:
+        lines.append(f"repair: deleted {report.orphaned.count:,} orphaned block(s) and planned"
+                     f" {report.repaired_jobs} job(s) for them")
+    return lines
+
+
+def run_against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
+                     repair_with_chunk: int | None) -> bool:
+    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well."""
+    report = against_node(conn, client, start, end, repair_with_chunk=repair_with_chunk)
+    for line in describe_against_node(report, start, end):
+        print(line)
     return report.ok

@@ -19,7 +19,6 @@ import requests
 import yaml
 
 from indexer import planner, queue
-from indexer.block_range import JOB_KIND
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.cluster import REPO
 from indexer.testing.faultproxy import FaultProxy
@@ -227,7 +226,7 @@ def longer_chain():
 
 def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for, work):
     """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
-    a rate limit), a worker killed mid-job (expired leases), a malformed job (failed). Then
+    a rate limit), a worker killed mid-job (expired leases), a job no worker can run (failed). Then
     every query of every panel, evaluated by a real Prometheus, must return data."""
     head = longer_chain.head()
     port = free_port()
@@ -242,7 +241,8 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
             wait_for(lambda: query(prometheus, 'indexer_expired_leases_total{outcome="retry"} == 0'),
                      "Prometheus to scrape the pool", timeout=60)
             planner.plan(conn, 0, head + 1, 40)
-            queue.enqueue(conn, JOB_KIND, [{"from": "nonsense"}])
+            # A malformed index_blocks payload can no longer be queued; an unknown kind fails at once.
+            queue.enqueue(conn, "no_such_kind", [{}])
             _, pid = wait_for(lambda: running_job(conn, past_first=False), "a job in progress")
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: conn.execute("SELECT count(*) FROM jobs WHERE status <> 'failed'").fetchone()[0] == 0,
@@ -254,7 +254,7 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
             time.sleep(2)
             empty = [(title, expr) for title, expr in panel_queries()
                      if not query(prometheus, expr.replace("$instance", ".*"))]
-            # The malformed job failed: its alert is pending (it fires after a minute).
+            # That job failed: its alert is pending (it fires after a minute).
             wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}'), "the failed-jobs alert")
         finally:
             w.kill()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from indexer import planner
+from indexer import planner, verify
+from indexer.block_range import cut
 from indexer.testing.node_compare import assert_matches_node
 
 from .conftest import run_indexer
@@ -34,3 +35,34 @@ def test_verify_finds_gaps_broken_links_and_wrong_counts_and_repair_fixes_them(d
     assert work(db_url, chain_node.url, "--drain").wait() == 0
     assert run_indexer(*whole, db_url=db_url).returncode == 0
     assert_matches_node(conn, chain_node.url, 0, head)
+
+
+def insert_linked_blocks(conn, numbers: list[int]) -> None:
+    """Bare block rows, each linking to the one below it by hash, with no transactions."""
+    conn.execute(
+        "INSERT INTO blocks (number, hash, parent_hash, timestamp, miner, gas_used, gas_limit, transaction_count,"
+        " log_count, extra_data, state_root, transactions_root, receipts_root)"
+        " SELECT n, int8send(n), int8send(n - 1), now(), '\\x00', 0, 0, 0, 0, '\\x', '\\x', '\\x', '\\x'"
+        " FROM unnest(%s::bigint[]) AS n", (numbers,))
+
+
+def test_verify_of_thirty_million_blocks_with_few_stored_holds_runs_not_numbers(conn):
+    end = 30_000_000
+    stored = [*range(10, 110, 2), 1_000_000, end - 1]
+    insert_linked_blocks(conn, stored)
+    present = set(stored)
+    gaps = verify.ranges(n for n in [*range(0, 110), *range(999_990, 1_000_010), *range(end - 10, end)]
+                         if n not in present)
+    runs = [(0, 9), *gaps[1:50], (109, 999_999), (1_000_001, end - 2)]
+    assert len(runs) == 52
+
+    report = verify.check(conn, 0, end)
+    assert report.missing == end - len(stored)
+    assert report.missing_runs == runs[:verify.SHOWN]  # what the report holds, whatever the range
+    assert verify.describe(report, 0, end)[0].startswith(f"{end - len(stored):,} missing blocks: 0..9, 11, 13, ")
+    # Read and planned a window at a time, every run found.
+    assert list(verify.missing_runs(conn, 0, end, window=7)) == runs
+    jobs = verify.repair(conn, report, 10_000, window=7)
+    expected = [r.payload() for first, last in runs for r in cut(first, last + 1, 10_000)]
+    assert jobs == len(expected)
+    assert [r[0] for r in conn.execute("SELECT payload FROM jobs ORDER BY id")] == expected

@@ -64,6 +64,15 @@ class Node:
     def mine(self, blocks: int = 1) -> None:
         self.rpc("anvil_mine", hex(blocks), "0x1")
 
+    def reorg(self, depth: int) -> None:
+        """Replaces the top `depth` blocks with as many others, as a reorg does: same height, new
+        hashes, and a transfer in every other new block, so that the fork's contents differ too.
+        anvil refuses it when started with --prune-history ("Required data unavailable")."""
+        accounts = self.rpc("eth_accounts")
+        transfers = [[{"from": accounts[i % len(accounts)], "to": accounts[(i + 1) % len(accounts)],
+                       "value": hex(i + 1)}, i] for i in range(0, depth, 2)]
+        self.rpc("anvil_reorg", depth, transfers)
+
     def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
         """The calls in one JSON-RPC batch; their results in order."""
         body = [{"jsonrpc": "2.0", "id": i, "method": m, "params": p} for i, (m, p) in enumerate(calls)]
