@@ -1,10 +1,12 @@
 """The `index_blocks` job and its payload: a range of blocks, both ends inclusive.
 
-The payload is the article's `{"from": F, "to": T}` with whole numbers `0 <= F <= T`. This module
-is its one owner in Python: the planner and `verify --repair` cut ranges with `cut`, and the
-worker reads a claimed job's range with `BlockRange.of`. The `block_ranges` view
-(schema/003_block_ranges_and_expirations.sql) reads the same format in SQL, for planning and
-progress, and yields NULL bounds for a payload that `of` would refuse.
+The payload is the article's `{"from": F, "to": T}` with JSON whole numbers
+`0 <= F <= T <= MAX_BLOCK`. This module is its one owner in Python: the planner and
+`verify --repair` cut ranges on the same grid (`cut`; the planner does it in SQL), `queue.enqueue`
+refuses any other payload for a kind in `RANGE_KINDS` (`check_payload`), and the worker reads a
+claimed job's range with `BlockRange.of`. The database enforces the same format
+(schema/007_block_range_payloads.sql): the `block_ranges` view reads it for planning and
+progress, and a CHECK constraint on `jobs` refuses any other payload for these kinds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from typing import Any
 
 JOB_KIND = "index_blocks"
 
+# Kinds whose payload is a block range; the database's constraint names the same kinds
+# (schema/007_block_range_payloads.sql): a new kind is added to both.
+RANGE_KINDS = frozenset({JOB_KIND})
+
+# The largest block number a job may name: one below PostgreSQL's bigint maximum, because
+# ranges are computed as int8range, whose half-open upper bound must itself fit in a bigint.
+MAX_BLOCK = 2**63 - 2
+# The largest exclusive end of a range, the largest `--to`.
+MAX_END = MAX_BLOCK + 1
+
 
 @dataclass(frozen=True, order=True)
 class BlockRange:
@@ -21,7 +33,7 @@ class BlockRange:
     last: int  # inclusive
 
     def __post_init__(self) -> None:
-        if not 0 <= self.first <= self.last:
+        if not 0 <= self.first <= self.last <= MAX_BLOCK:
             raise ValueError(f"not a block range: {self.first}..{self.last}")
 
     @property
@@ -34,13 +46,28 @@ class BlockRange:
     @classmethod
     def of(cls, kind: str, payload: Any) -> BlockRange | None:
         """The range of a job, or None if it is not a well-formed `index_blocks` job."""
-        if kind != JOB_KIND or not isinstance(payload, dict):
+        return cls.from_payload(payload) if kind == JOB_KIND else None
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> BlockRange | None:
+        """The range a payload names, or None if it is not exactly a block-range payload."""
+        if not isinstance(payload, dict):
             return None
         first, last = payload.get("from"), payload.get("to")
-        # type() rather than isinstance(): a JSON true is a bool, and bool is an int.
-        if type(first) is not int or type(last) is not int or not 0 <= first <= last:
+        # type() rather than isinstance(): a JSON true is a bool, and bool is an int. A JSON 5.0
+        # is a float here, and the database refuses it too (its text is not all digits).
+        if type(first) is not int or type(last) is not int or not 0 <= first <= last <= MAX_BLOCK:
             return None
         return cls(first, last)
+
+
+def check_payload(kind: str, payload: Any) -> Any:
+    """`payload`, if a job of `kind` may carry it; ValueError if the database would refuse it."""
+    if kind in RANGE_KINDS and BlockRange.from_payload(payload) is None:
+        raise ValueError(
+            f"{kind} payload must be {{\"from\": F, \"to\": T}} with whole numbers"
+            f" 0 <= F <= T <= {MAX_BLOCK}, got {payload!r}")
+    return payload
 
 
 def cut(start: int, end: int, chunk: int) -> list[BlockRange]:

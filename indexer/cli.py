@@ -4,17 +4,21 @@ prints its result in a line."""
 from __future__ import annotations
 
 import argparse
-import logging
+import re
 import sys
 import threading
+from datetime import timedelta
 from typing import Callable, NoReturn, Sequence
 
 import psycopg
 import pydantic
 
 from . import db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
-from .errors import IndexerError, first_line, redact
-from .settings import MAX_CHUNK
+from .block_range import MAX_END
+from .errors import IndexerError, Secrets, first_line, redact
+from .logs import configure as configure_logs
+from .rpc import RpcClient
+from .settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -44,18 +48,58 @@ def _argument(parse: Callable[[str], float], invalid: str, valid: Callable[[floa
     return convert
 
 
-def _int_with_commas(text: str) -> int:
-    return int(text.replace(",", ""))  # 2,000,000 reads better than 2000000
+# ASCII digits, grouped by thousands with commas or not (2,000,000 reads better than 2000000).
+# Python's int() and float() also take '١٢٣', ' 12 ', '1_000', '+5' and 'inf'.
+_DIGITS = re.compile(r"[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
 
 
-block_number = _argument(_int_with_commas, "not a block number", lambda v: v >= 0,
-                         "block numbers cannot be negative: {text}")
-chunk_size = _argument(_int_with_commas, "not a whole number of blocks", lambda v: 0 < v <= MAX_CHUNK,
+def _whole_number(text: str) -> int:
+    digits = text.removeprefix("-")
+    if not _DIGITS.fullmatch(digits):
+        raise ValueError(text)
+    n = _digits_value(digits)
+    return n if digits == text else -n
+
+
+def _digits_value(digits: str) -> int:
+    # Past 25 digits, any number is beyond every bound here; int() would refuse 4,300 of them.
+    return int(digits.replace(",", "")) if len(digits) <= 25 else 10**25
+
+
+def _decimal(text: str) -> float:
+    if not _DECIMAL.fullmatch(text.removeprefix("-")):
+        raise ValueError(text)
+    return float(text)
+
+
+def block_number(text: str) -> int:
+    digits = text.removeprefix("-")
+    if not _DIGITS.fullmatch(digits):
+        raise argparse.ArgumentTypeError(f"not a block number: {text!r}")
+    if digits != text:
+        raise argparse.ArgumentTypeError(f"block numbers cannot be negative: {text!r}")
+    n = _digits_value(digits)
+    if n > MAX_END:
+        raise argparse.ArgumentTypeError(
+            f"block numbers are at most {MAX_END:,} (PostgreSQL's bigint; --to is exclusive), got {text!r}")
+    return n
+
+
+chunk_size = _argument(_whole_number, "not a whole number of blocks", lambda v: 0 < v <= MAX_CHUNK,
                        f"must be between 1 and {MAX_CHUNK:,} blocks, got {{text}}")
-positive_int = _argument(int, "not a whole number", lambda v: v > 0, "must be at least 1, got {text}")
-positive_seconds = _argument(float, "not a number of seconds", lambda v: v > 0,
-                             "must be more than 0 seconds, got {text}")
-retention_age = _argument(retention.parse_retention, "not a retention like 30d or 12h", lambda v: True, "")
+worker_count = _argument(_whole_number, "not a whole number", lambda v: 0 < v <= MAX_WORKERS,
+                         f"must be between 1 and {MAX_WORKERS}, got {{text}}")
+positive_int = _argument(_whole_number, "not a whole number", lambda v: v > 0, "must be at least 1, got {text}")
+positive_seconds = _argument(_decimal, "not a number of seconds", lambda v: 0 < v <= MAX_SECONDS,
+                             f"must be more than 0 and at most {MAX_SECONDS:.0f} seconds, got {{text}}")
+
+
+def retention_age(text: str) -> timedelta:
+    try:
+        return retention.parse_retention(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> Parser:
@@ -74,7 +118,8 @@ def build_parser() -> Parser:
         help="split a block range into jobs",
         description="Split blocks [--from, --to) into jobs of --chunk blocks. --to is exclusive: "
         "`--from 0 --to 2000000` plans blocks 0..1,999,999 as 200 jobs {\"from\": g, \"to\": g+9999}. "
-        "Blocks already covered by a job (in any state, or archived) are skipped.",
+        "Blocks already covered by a job (in any state, or archived) are skipped. One plan makes at most "
+        f"{planner.MAX_JOBS:,} jobs; block numbers go up to {MAX_END:,}.",
     )
     p.add_argument("--from", dest="start", type=block_number, required=True, metavar="BLOCK", help="first block (inclusive)")
     p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK", help="end block (exclusive)")
@@ -88,9 +133,12 @@ def build_parser() -> Parser:
         "and write them to Postgres. Runs the reaper too. SIGTERM/SIGINT gives running jobs back and exits 0.",
     )
     p.add_argument("--rpc-url", metavar="URL[,URL...]", help="overrides INDEXER_RPC_URL; several for failover")
-    p.add_argument("--workers", type=positive_int, metavar="N", help="worker processes (default: CPU count; INDEXER_WORKERS)")
+    p.add_argument("--workers", type=worker_count, metavar="N",
+                   help=f"worker processes, at most {MAX_WORKERS} (default: CPU count; INDEXER_WORKERS)")
     p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 100; INDEXER_BATCH_SIZE)")
-    p.add_argument("--drain", action="store_true", help="exit when no job is pending or running; exit 1 if any failed")
+    p.add_argument("--drain", action="store_true",
+                   help="exit when no job is pending or running (exit 1 if any failed), or exit 3 once the only "
+                   "jobs left start beyond the safe head, saying which blocks wait for the chain to grow")
 
     commands.add_parser(
         "monitor",
@@ -111,8 +159,13 @@ def build_parser() -> Parser:
     p.add_argument("--roots", action="store_true",
                    help="also recompute every stored block's transactions, receipts and withdrawals roots from its"
                    " rows, proving nothing is missing or altered")
+    p.add_argument("--against-node", action="store_true",
+                   help="instead, compare every stored block's hash with the node's canonical one (finds the"
+                   " orphans a reorg below the stored blocks left, which link to each other)")
+    p.add_argument("--rpc-url", metavar="URL[,URL...]", help="with --against-node: overrides INDEXER_RPC_URL")
     p.add_argument("--repair", action="store_true",
-                   help="delete the suspect blocks' rows and plan jobs for exactly them, in one transaction")
+                   help="delete the suspect (or orphaned) blocks' rows and plan jobs for exactly them, in one"
+                   " transaction")
 
     p = commands.add_parser(
         "prune",
@@ -125,7 +178,7 @@ def build_parser() -> Parser:
 
     p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
-    p.add_argument("--max-attempts", type=int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
+    p.add_argument("--max-attempts", type=positive_int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
 
     p = commands.add_parser("retry", parents=[common], help="re-queue failed jobs")
     p.add_argument("--failed", action="store_true", required=True, help="re-queue every failed job")
@@ -165,14 +218,23 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
         pass
     stop = threading.Event()
     signals.on_stop(stop.set)
-    metrics.serve_database_gauges(cfg.database_url, port=cfg.metrics_port, interval=cfg.db_metrics_seconds, stop=stop)
+    metrics.serve_database_gauges(cfg.database_url, host=cfg.metrics_host, port=cfg.metrics_port,
+                                  interval=cfg.db_metrics_seconds, stop=stop)
     return 0
 
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    repair_with_chunk = cfg.chunk if args.repair else None
+    if args.against_node:
+        if args.roots:
+            return _usage_error(args.command, "--roots checks the stored rows; it cannot go with --against-node")
+        client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
+                           max_batch=cfg.rpc_batch)
+        with db.connect(cfg.database_url) as conn:
+            ok = verify.run_against_node(conn, client, args.start, args.end, repair_with_chunk=repair_with_chunk)
+        return 0 if ok else 1
     with db.connect(cfg.database_url) as conn:
-        ok = verify.run(conn, args.start, args.end, repair_with_chunk=cfg.chunk if args.repair else None,
-                        roots=args.roots)
+        ok = verify.run(conn, args.start, args.end, repair_with_chunk=repair_with_chunk, roots=args.roots)
     return 0 if ok else 1
 
 
@@ -235,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
         message = err["msg"].removeprefix("Value error, ")
         return _usage_error(args.command, f"{where}: {message}")
-    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logs(cfg.log_level, Secrets.of(cfg))
     # A command that can stop cleanly (work, status, reap, monitor) installs its own handler.
     signals.on_stop(_interrupt)
     try:

@@ -1,9 +1,12 @@
 """`indexer plan`: block ranges -> `index_blocks` jobs.
 
-Jobs are cut on the grid of multiples of `chunk` (`block_range.cut`), so overlapping plans
-produce the same boundaries. A plan adds jobs only for the part of its range that no job covers
-yet, in `jobs` (any status) or in `jobs_history`: re-running a plan adds nothing, and widening
-it adds only the new blocks.
+Jobs are cut on the grid of multiples of `chunk` (as `block_range.cut` cuts them), so
+overlapping plans produce the same boundaries. A plan adds jobs only for the part of its range
+that no job covers yet, in `jobs` (any status) or in `jobs_history`: re-running a plan adds
+nothing, and widening it adds only the new blocks.
+
+The jobs are made by the database, in one statement, so a plan's memory does not grow with its
+size; one plan makes at most `MAX_JOBS` of them.
 """
 
 from __future__ import annotations
@@ -13,26 +16,56 @@ from dataclasses import dataclass
 import psycopg
 
 from . import queue
-from .block_range import JOB_KIND, cut
+from .block_range import JOB_KIND, MAX_END
+from .errors import IndexerError
+from .settings import MAX_CHUNK
+
+# The most jobs one plan makes: a million rows insert in seconds and leave the queue's claim
+# index small. A backfill bigger than that is planned in parts, or with a bigger --chunk.
+MAX_JOBS = 1_000_000
 
 # Serialises planners: two overlapping plans at once must not both see a range as uncovered.
 PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 
-# The parts of [start, end) not yet covered by any index_blocks job, as half-open ranges.
-UNCOVERED_RANGES = """
+# Adds a job for each cell of the chunk grid that meets a part of [start, end) no job covers
+# yet, unless that would be more than max_jobs jobs (then it adds none); returns the jobs and
+# blocks that are (or would have been) added. The jobs' ids follow their block order. Cell ends
+# are computed as least(g, hi - chunk) + chunk, never g + chunk, which could pass the bigint
+# maximum at the top of the range.
+PLAN_JOBS = """
 WITH covered AS (
     SELECT int8range(first_block, last_block, '[]') AS r
     FROM block_ranges
     WHERE first_block IS NOT NULL  -- a malformed job covers nothing
+),
+gaps AS MATERIALIZED (
+    SELECT lower(u) AS lo, upper(u) AS hi
+    FROM unnest(
+        int8multirange(int8range(%(start)s::bigint, %(end)s::bigint))
+        - coalesce((SELECT range_agg(r) FROM covered WHERE r && int8range(%(start)s::bigint, %(end)s::bigint)),
+                   '{}'::int8multirange)
+    ) AS u
+),
+totals AS MATERIALIZED (
+    SELECT coalesce(sum((hi - 1) / %(chunk)s::bigint - lo / %(chunk)s::bigint + 1), 0) AS jobs,
+           coalesce(sum(hi - lo), 0) AS blocks
+    FROM gaps
+),
+added AS (
+    INSERT INTO jobs (kind, payload)
+    SELECT %(kind)s,
+           jsonb_build_object('from', greatest(g, lo), 'to', least(g, hi - %(chunk)s::bigint) + %(chunk)s::bigint - 1)
+    FROM gaps, generate_series(lo / %(chunk)s::bigint * %(chunk)s::bigint, hi - 1, %(chunk)s::bigint) AS g
+    -- No column of the join: a one-time filter, so an oversized plan generates no cell at all.
+    WHERE (SELECT jobs FROM totals) <= %(max_jobs)s
+    ORDER BY g
 )
-SELECT lower(u), upper(u)
-FROM unnest(
-    int8multirange(int8range(%(start)s, %(end)s))
-    - coalesce((SELECT range_agg(r) FROM covered WHERE r && int8range(%(start)s, %(end)s)),
-               '{}'::int8multirange)
-) AS u
-ORDER BY 1
+SELECT jobs, blocks FROM totals
 """
+
+
+class PlanTooLarge(IndexerError):
+    exit_code = 2  # bad input: the range or the chunk
 
 
 @dataclass(frozen=True)
@@ -42,16 +75,22 @@ class PlanResult:
     blocks_already_planned: int
 
 
-def plan(conn: psycopg.Connection, start: int, end: int, chunk: int) -> PlanResult:
-    """Plans [start, end) in one transaction with at most one NOTIFY."""
-    if not 0 <= start < end:
-        raise ValueError(f"need 0 <= start < end, got [{start}, {end})")
-    if chunk <= 0:
-        raise ValueError(f"chunk must be positive, got {chunk}")
+def plan(conn: psycopg.Connection, start: int, end: int, chunk: int, *, max_jobs: int = MAX_JOBS) -> PlanResult:
+    """Plans [start, end) in one transaction with at most one NOTIFY. PlanTooLarge, and nothing
+    written, if that would make more than `max_jobs` jobs."""
+    if not 0 <= start < end <= MAX_END:
+        raise ValueError(f"need 0 <= start < end <= {MAX_END}, got [{start}, {end})")
+    if not 0 < chunk <= MAX_CHUNK:
+        raise ValueError(f"chunk must be between 1 and {MAX_CHUNK}, got {chunk}")
+    params = {"start": start, "end": end, "chunk": chunk, "kind": JOB_KIND, "max_jobs": max_jobs}
     with conn.transaction():
         conn.execute(PLAN_LOCK)
-        gaps = conn.execute(UNCOVERED_RANGES, {"start": start, "end": end}).fetchall()
-        ranges = [r for lo, hi in gaps for r in cut(lo, hi, chunk)]
-        queue.enqueue(conn, JOB_KIND, [r.payload() for r in ranges])
-    blocks_added = sum(hi - lo for lo, hi in gaps)
-    return PlanResult(len(ranges), blocks_added, (end - start) - blocks_added)
+        jobs, blocks = (int(n) for n in conn.execute(PLAN_JOBS, params).fetchone())
+        if jobs > max_jobs:
+            raise PlanTooLarge(
+                f"blocks {start:,}..{end - 1:,} in chunks of {chunk:,} would make {jobs:,} new jobs; one plan"
+                f" makes at most {max_jobs:,}: plan the range in parts (--from/--to), or raise --chunk"
+                f" (up to {MAX_CHUNK:,})")
+        if jobs:
+            queue.notify(conn)
+    return PlanResult(jobs, blocks, (end - start) - blocks)

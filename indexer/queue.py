@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .block_range import check_payload
 from .states import JobStatus
 
 NOTIFY_CHANNEL = "indexer_jobs"
@@ -195,6 +196,18 @@ HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({_PEN
 # Seconds until the earliest pending job may be claimed (negative: one is due now).
 NEXT_DUE = f"SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = {_PENDING}"
 
+# For a draining worker that found nothing to claim: the unfinished jobs that may still make
+# progress whatever the chain's height (running ones, and pending ones without a block range),
+# then the blocks the pending block ranges start from (their cursor, past the batches already
+# written) and reach to. `run_at IS NOT NULL` keeps the view to live jobs: its archived branch
+# has no run_at, so the planner drops that branch without reading jobs_history.
+BEYOND_THE_HEAD = f"""
+SELECT (SELECT count(*) FROM jobs WHERE status IN ({_PENDING}, {_RUNNING})) - count(first_block),
+       min(greatest(cursor, first_block)), max(last_block)
+FROM block_ranges
+WHERE run_at IS NOT NULL AND status = {_PENDING}
+"""
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -248,9 +261,11 @@ def enqueue(
 ) -> list[int]:
     """Inserts jobs and queues one NOTIFY, inside the caller's transaction if one is open.
 
-    Nothing is visible, and no listener wakes, until that transaction commits.
+    Nothing is visible, and no listener wakes, until that transaction commits. ValueError, and
+    nothing written, if a payload is not one the database accepts for `kind`
+    (`block_range.check_payload`).
     """
-    params = {"kind": kind, "payloads": [Jsonb(p) for p in payloads], "run_at": run_at}
+    params = {"kind": kind, "payloads": [Jsonb(check_payload(kind, p)) for p in payloads], "run_at": run_at}
     if not params["payloads"]:
         return []
     # On an autocommit connection the two statements get a transaction of their own; otherwise
@@ -366,6 +381,19 @@ def has_unfinished_jobs(conn: psycopg.Connection) -> bool:
 
 def next_due_seconds(conn: psycopg.Connection) -> float | None:
     return conn.execute(NEXT_DUE).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The unfinished jobs as a draining worker sees them (`waiting`)."""
+
+    others: int  # running, or pending with no block range: not waiting on the chain
+    first: int | None  # the lowest block a pending block range still has to index
+    last: int | None  # the highest block a pending block range reaches
+
+
+def waiting(conn: psycopg.Connection) -> Waiting:
+    return Waiting(*conn.execute(BEYOND_THE_HEAD).fetchone())
 
 
 def counts(conn: psycopg.Connection) -> Counts:

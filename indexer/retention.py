@@ -32,16 +32,23 @@ DETACH_CONCURRENTLY = "ALTER TABLE jobs_history DETACH PARTITION {} CONCURRENTLY
 DETACH_FINALIZE = "ALTER TABLE jobs_history DETACH PARTITION {} FINALIZE"
 DROP_PARTITION = "DROP TABLE {}"
 
-_DURATION = re.compile(r"^(\d+)([dh])$")
+_DURATION = re.compile(r"([0-9]+)([dh])", re.ASCII)
+
+# The longest retention: a century, older than any month a deployment can hold. A much longer
+# one, taken from now(), falls outside PostgreSQL's timestamps and the query fails.
+MAX_RETENTION_DAYS = 36_500
 
 
 def parse_retention(text: str) -> timedelta:
-    """'30d' or '12h'."""
-    m = _DURATION.match(text.strip())
-    if not m or int(m[1]) == 0:
-        raise ValueError(text)
-    n = int(m[1])
-    return timedelta(days=n) if m[2] == "d" else timedelta(hours=n)
+    """'30d' or '12h', more than 0 and at most MAX_RETENTION_DAYS; ValueError, with the message
+    to show, for anything else."""
+    m = _DURATION.fullmatch(text)
+    if not m or not m[1].strip("0"):
+        raise ValueError(f"not a retention like 30d or 12h: {text!r}")
+    # The length test first: int() refuses more than 4,300 digits with a message of its own.
+    if len(m[1]) > 9 or (days := int(m[1]) / (1 if m[2] == "d" else 24)) > MAX_RETENTION_DAYS:
+        raise ValueError(f"a retention is at most {MAX_RETENTION_DAYS}d (100 years), got {text!r}")
+    return timedelta(days=days)
 
 
 def prune(conn: psycopg.Connection, retention: timedelta) -> list[str]:

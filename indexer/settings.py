@@ -18,10 +18,18 @@ from .urls import parse_urls
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
 # tail of a backfill wait on a single worker.
 MAX_CHUNK = 1_000_000
+# The most worker processes one `indexer work` runs: more than the cores of any one machine; a
+# bigger deployment runs several pools on one database.
+MAX_WORKERS = 256
+# The longest any interval setting may be: an hour. Longer leases, polls or timeouts only make a
+# stall go unnoticed longer, and a lease becomes a session timeout in milliseconds, which
+# PostgreSQL bounds (2^31 - 1 ms, about 25 days).
+MAX_SECONDS = 3600.0
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INDEXER_", env_file=".env", extra="ignore")
+    # No infinity or NaN: either would pass a `gt=0` bound and then never end a wait.
+    model_config = SettingsConfigDict(env_prefix="INDEXER_", env_file=".env", extra="ignore", allow_inf_nan=False)
 
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/postgres",
@@ -32,45 +40,79 @@ class Settings(BaseSettings):
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    chunk: int = Field(10_000, gt=0, le=MAX_CHUNK, description="blocks per job made by `indexer plan`")
-    lease_seconds: float = Field(60.0, gt=0, description="how long a claim holds a job without a heartbeat")
-    max_attempts: int = Field(5, gt=0, description="claims a job gets before it is marked failed")
+    chunk: int = Field(10_000, gt=0, le=MAX_CHUNK, description="blocks per job made by `indexer plan` (1 to 1,000,000)")
+    lease_seconds: float = Field(
+        60.0, gt=0, le=MAX_SECONDS, description="how long a claim holds a job without a heartbeat (more than 0, at most 3600 s)"
+    )
+    max_attempts: int = Field(5, gt=0, le=1000, description="claims a job gets before it is marked failed (1 to 1000)")
     backoff_base_seconds: float = Field(
-        30.0, gt=0, description="retry n waits base * 2^n s, jittered by 0.5-1.5x, at most one hour"
+        30.0, gt=0, le=MAX_SECONDS,
+        description="retry n waits base * 2^n s, jittered by 0.5-1.5x, at most one hour (more than 0, at most 3600 s)"
     )
-    reap_batch: int = Field(500, gt=0, description="expired leases taken back per reaper statement")
-    reap_seconds: float = Field(15.0, gt=0, description="how often `indexer work` runs the reaper")
+    reap_batch: int = Field(500, gt=0, le=100_000, description="expired leases taken back per reaper statement (1 to 100,000)")
+    reap_seconds: float = Field(
+        15.0, gt=0, le=MAX_SECONDS, description="how often `indexer work` runs the reaper (more than 0, at most 3600 s)"
+    )
 
-    workers: int = Field(default_factory=lambda: os.cpu_count() or 2, gt=0, description="worker processes of `indexer work`")
-    batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction")
-    batch_transactions: int = Field(
-        1000, gt=0, description="fewer blocks per batch on dense chains: about this many transactions at most"
+    workers: int = Field(
+        default_factory=lambda: min(os.cpu_count() or 2, MAX_WORKERS), gt=0, le=MAX_WORKERS,
+        description="worker processes of `indexer work` (1 to 256; default: the CPU count)"
     )
-    poll_seconds: float = Field(30.0, gt=0, description="idle workers look for work at least this often, NOTIFY or not")
-    defer_seconds: float = Field(15.0, ge=0, description="wait before retrying a job that reaches past the safe head")
-    confirmations: int = Field(12, ge=0, description="blocks below the head treated as safe when the node has no finalized block")
+    batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction (1 to 10,000)")
+    batch_transactions: int = Field(
+        1000, gt=0, le=1_000_000,
+        description="fewer blocks per batch on dense chains: about this many transactions at most (1 to 1,000,000)"
+    )
+    poll_seconds: float = Field(
+        30.0, gt=0, le=MAX_SECONDS, description="idle workers look for work at least this often, NOTIFY or not (more than 0, at most 3600 s)"
+    )
+    defer_seconds: float = Field(
+        15.0, ge=0, le=MAX_SECONDS, description="wait before retrying a job that reaches past the safe head (0 to 3600 s)"
+    )
+    confirmations: int = Field(
+        12, ge=0, le=100_000,
+        description="blocks below the head treated as safe when the node has no finalized block (0 to 100,000)"
+    )
     use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
     verify_roots: bool = Field(
         False, description="recompute each block's transactions, receipts and withdrawals roots before writing it"
         " (off by default: it adds about a third to a worker's CPU per dense block; BENCHMARKS.md)")
 
-    metrics_port: int = Field(9400, ge=0, le=65535, description="port of /metrics for `indexer work` and `indexer monitor`; 0: none")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="address /metrics listens on: 127.0.0.1 (this machine only), 0.0.0.0 or :: for every interface"
+        " (docker-compose sets 0.0.0.0 so that Prometheus can scrape the containers)")
+    metrics_port: int = Field(9400, ge=0, le=65535, description="port of /metrics for `indexer work` and `indexer monitor`; 0: none (0 to 65535)")
     db_metrics: bool = Field(True, description="`indexer work` computes the database-wide gauges (turn off where `indexer monitor` runs)")
-    db_metrics_seconds: float = Field(10.0, gt=0, description="how often the database-wide gauges are refreshed")
+    db_metrics_seconds: float = Field(
+        10.0, gt=0, le=MAX_SECONDS, description="how often the database-wide gauges are refreshed (more than 0, at most 3600 s)"
+    )
 
-    rpc_batch: int = Field(100, gt=0, description="JSON-RPC calls per HTTP request (halved automatically if the node refuses)")
-    rpc_in_flight: int = Field(4, gt=0, description="batches each worker fetches concurrently")
-    rpc_timeout: float = Field(30.0, gt=0, description="seconds to wait for one HTTP answer")
-    rpc_max_attempts: int = Field(8, gt=0, description="tries per JSON-RPC batch before the job is given back")
-    rpc_rate_limit: float = Field(0.0, ge=0, description="JSON-RPC calls per second per endpoint; 0 for no limit")
+    rpc_batch: int = Field(
+        100, gt=0, le=10_000, description="JSON-RPC calls per HTTP request (halved automatically if the node refuses; 1 to 10,000)"
+    )
+    rpc_in_flight: int = Field(4, gt=0, le=256, description="batches each worker fetches concurrently (1 to 256)")
+    rpc_timeout: float = Field(30.0, gt=0, le=MAX_SECONDS, description="seconds to wait for one HTTP answer (more than 0, at most 3600)")
+    rpc_max_attempts: int = Field(8, gt=0, le=1000, description="tries per JSON-RPC batch before the job is given back (1 to 1000)")
+    rpc_rate_limit: float = Field(
+        0.0, ge=0, le=1_000_000, description="JSON-RPC calls per second per endpoint; 0 for no limit (0 to 1,000,000)"
+    )
     rpc_status_seconds: float = Field(
-        10.0, gt=0, description="how often each worker records, for `indexer status`, the rate each endpoint allows it"
+        10.0, gt=0, le=MAX_SECONDS,
+        description="how often each worker records, for `indexer status`, the rate each endpoint allows it (more than 0, at most 3600 s)"
     )
 
     @field_validator("rpc_url")
     @classmethod
     def _valid_rpc_urls(cls, value: str) -> str:
         parse_urls(value)
+        return value
+
+    @field_validator("metrics_host")
+    @classmethod
+    def _valid_metrics_host(cls, value: str) -> str:
+        if not value or any(c.isspace() or c in "/[]" for c in value):
+            raise ValueError(f"not an address or host name to listen on: {value!r} (e.g. 127.0.0.1, 0.0.0.0 or ::)")
         return value
 
     @property

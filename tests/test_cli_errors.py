@@ -97,3 +97,77 @@ def test_verify_checks_its_range_like_plan(db_url):
     result = run_indexer("verify", "--from", "9", "--to", "3", db_url=db_url)
     assert result.returncode == 2
     assert result.stderr.strip() == "indexer verify: error: --from (9) must be below --to (3); --to is exclusive (see --help)"
+
+
+def one_usage_error(result, command: str) -> str:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"indexer {command}: error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["plan", "verify"])
+@pytest.mark.parametrize("to", ["99999999999999999999", "9223372036854775808", "9" * 5000])
+def test_a_block_number_the_schema_cannot_hold_is_a_usage_error(db_url, conn, command, to):
+    line = one_usage_error(run_indexer(command, "--from", "0", "--to", to, db_url=db_url), command)
+    assert "argument --to: block numbers are at most 9,223,372,036,854,775,807 (PostgreSQL's bigint;" in line
+    assert job_count(conn) == 0
+
+
+@pytest.mark.parametrize("text", ["١٢٣", "１２", " 12", "12 ", "1_000", "+5", "0x10", "1,00", "1,000,00"])
+def test_only_ascii_digits_are_block_numbers(db_url, conn, text):
+    line = one_usage_error(run_indexer("plan", "--from", "0", "--to", text, db_url=db_url), "plan")
+    assert line.endswith(f"argument --to: not a block number: {text!r} (see --help)")
+    assert job_count(conn) == 0
+
+
+def test_block_numbers_may_be_grouped_by_thousands_with_commas(db_url, conn):
+    result = run_indexer("plan", "--from", "10,000", "--to", "30,000", "--chunk", "10,000", db_url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert "planned 2 jobs (20,000 blocks)" in result.stdout
+
+
+@pytest.mark.parametrize(("age", "message"), [
+    ("99999999999d", "a retention is at most 36500d (100 years), got '99999999999d'"),
+    ("876001h", "a retention is at most 36500d (100 years), got '876001h'"),
+    ("9" * 5000 + "d", "a retention is at most 36500d (100 years)"),
+    ("３0d", "not a retention like 30d or 12h: '３0d'"),
+])
+def test_a_retention_too_long_or_not_in_ascii_digits_is_a_usage_error(db_url, conn, age, message):
+    months = conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'jobs_history'::regclass").fetchone()
+    line = one_usage_error(run_indexer("prune", "--older-than", age, db_url=db_url), "prune")
+    assert message in line
+    assert conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'jobs_history'::regclass").fetchone() == months
+
+
+def test_the_longest_retention_runs(db_url):
+    result = run_indexer("prune", "--older-than", "36500d", db_url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("dropped 0 month(s)")
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("INDEXER_LEASE_SECONDS", "inf", "Input should be a finite number"),
+    ("INDEXER_LEASE_SECONDS", "nan", "Input should be a finite number"),
+    ("INDEXER_LEASE_SECONDS", "1e10", "Input should be less than or equal to 3600"),
+    ("INDEXER_BACKOFF_BASE_SECONDS", "1e10", "Input should be less than or equal to 3600"),
+    ("INDEXER_POLL_SECONDS", "inf", "Input should be a finite number"),
+    ("INDEXER_WORKERS", "257", "Input should be less than or equal to 256"),
+    ("INDEXER_MAX_ATTEMPTS", "1000000000000", "Input should be less than or equal to 1000"),
+    ("INDEXER_CONFIRMATIONS", "100000000", "Input should be less than or equal to 100000"),
+])
+def test_a_numeric_setting_out_of_its_range_is_a_usage_error_naming_it(db_url, conn, variable, value, message):
+    result = run_indexer("plan", "--from", "0", "--to", "100", db_url=db_url, env={variable: value})
+    assert one_usage_error(result, "plan") == f"indexer plan: error: {variable}: {message}"
+    assert job_count(conn) == 0
+
+
+@pytest.mark.parametrize(("workers", "message"), [
+    ("257", "argument --workers: must be between 1 and 256, got '257'"),
+    ("١٢", "argument --workers: not a whole number: '١٢'"),
+])
+def test_workers_are_bounded(db_url, workers, message):
+    line = one_usage_error(run_indexer("work", "--drain", "--workers", workers, db_url=db_url), "work")
+    assert message in line

@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 
 import psycopg
+import pytest
 
-from indexer import db
+from indexer import db, planner
 from indexer.testing.work import INDEXER
 
 from .conftest import run_indexer
@@ -88,3 +89,46 @@ def test_work_refuses_a_database_behind_this_version_until_it_is_migrated(db_url
     worked = run_indexer("work", "--drain", "--workers", "1", db_url=db_url, env=env)
     assert worked.returncode == 0, worked.stderr
     assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (4,)
+
+
+def migrate_up_to(url: str, before: str) -> None:
+    """Applies the migrations older than `before`, as an earlier release's `indexer migrate` did."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(db.CREATE_MIGRATIONS_TABLE)
+        for path in db.migration_files():
+            if path.stem < before:
+                with c.transaction():
+                    c.execute(path.read_text())
+                    c.execute(db.INSERT_APPLIED, {"version": path.stem})
+
+
+def test_a_database_with_jobs_migrates_to_one_payload_format_in_place(blank_db_url):
+    migrate_up_to(blank_db_url, "007")
+    top = 2**63 - 10**4
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        for payload, status in [('{"from": 0, "to": 9}', "pending"), (f'{{"from": {top}, "to": {top + 9}}}', "pending"),
+                                ('{"from": "10", "to": "19"}', "pending"), ('{"from": 20.0, "to": 29}', "failed")]:
+            c.execute("INSERT INTO jobs (kind, payload, status, attempts) VALUES ('index_blocks', %s, %s, 0)",
+                      (payload, status))
+        c.execute("INSERT INTO jobs (kind, payload) VALUES ('mystery', '{\"from\": \"x\"}')")
+
+    result = run_indexer("migrate", db_url=blank_db_url)
+    assert result.returncode == 0, result.stderr
+    assert "007_block_range_payloads" in result.stdout
+
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        # The jobs a worker can run stay; those it cannot are archived as failed, saying why.
+        assert c.execute("SELECT kind, payload FROM jobs ORDER BY id").fetchall() == [
+            ("index_blocks", {"from": 0, "to": 9}), ("index_blocks", {"from": top, "to": top + 9}),
+            ("mystery", {"from": "x"})]
+        archived = c.execute("SELECT payload, status, last_error FROM jobs_history ORDER BY id").fetchall()
+        assert [(p, s) for p, s, _ in archived] == [({"from": "10", "to": "19"}, "failed"),
+                                                   ({"from": 20.0, "to": 29}, "failed")]
+        assert all(e.startswith("malformed job: payload is not") for _, _, e in archived)
+        # Their blocks can be planned again; the 19-digit job counts as planned.
+        again = planner.plan(c, 0, 30, 10)
+        assert (again.jobs_added, again.blocks_added) == (2, 20)
+        assert planner.plan(c, top, top + 10, 10).jobs_added == 0
+        # And no such job can be written any more.
+        with pytest.raises(psycopg.errors.CheckViolation):
+            c.execute("INSERT INTO jobs (kind, payload) VALUES ('index_blocks', '{\"from\": \"1\", \"to\": \"2\"}')")

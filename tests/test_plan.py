@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 
 import psycopg
+import pytest
 
 from indexer import db, planner, queue
+from indexer.block_range import JOB_KIND, MAX_BLOCK, MAX_END, cut
 
 from .conftest import run_indexer
 
@@ -99,3 +101,68 @@ def test_concurrent_identical_plans_do_not_plan_twice(db_url, conn):
         t.join()
     assert sorted(r.jobs_added for r in results) == [0, 0, 0, 200]
     assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 200
+
+
+def test_planning_at_the_top_of_the_block_numbers_twice_adds_nothing_the_second_time(db_url, conn):
+    start, end = 2**63 - 10**4 - 5, 2**63 - 1
+    first = run_indexer("plan", "--from", str(start), "--to", str(end), db_url=db_url)
+    assert first.returncode == 0, first.stderr
+    assert "planned 2 jobs (10,004 blocks)" in first.stdout
+    grid = 9_223_372_036_854_770_000  # the last multiple of the chunk (10,000) below 2**63
+    assert payloads(conn) == [{"from": start, "to": grid - 1}, {"from": grid, "to": MAX_BLOCK}]
+    again = run_indexer("plan", "--from", str(start), "--to", str(end), db_url=db_url)
+    assert again.returncode == 0, again.stderr
+    assert "planned 0 jobs (0 blocks)" in again.stdout
+    assert "10,004 blocks were already planned" in again.stdout
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+
+
+def test_a_plan_of_two_billion_jobs_is_refused_and_writes_nothing(db_url, conn):
+    result = run_indexer("plan", "--from", "0", "--to", "2,000,000,000", "--chunk", "1", db_url=db_url)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "indexer plan: error: blocks 0..1,999,999,999 in chunks of 1 would make 2,000,000,000 new jobs; one plan"
+        " makes at most 1,000,000: plan the range in parts (--from/--to), or raise --chunk (up to 1,000,000)"]
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_a_plan_of_a_million_jobs_is_made_by_the_database_and_the_cap_counts_only_new_jobs(conn):
+    # A million one-block jobs: the plan the cap allows, which the database makes row by row
+    # (the planner would otherwise hold a million payloads in memory at once).
+    result = planner.plan(conn, 0, planner.MAX_JOBS, 1)
+    assert (result.jobs_added, result.blocks_added, result.blocks_already_planned) == (planner.MAX_JOBS, planner.MAX_JOBS, 0)
+    count, lowest, highest, ordered = conn.execute(
+        "SELECT count(*), min((payload->>'from')::bigint), max((payload->>'to')::bigint),"
+        " bool_and((payload->>'from')::bigint = (payload->>'to')::bigint) FROM jobs").fetchone()
+    assert (count, lowest, highest, ordered) == (planner.MAX_JOBS, 0, planner.MAX_JOBS - 1, True)
+    # Already planned blocks do not count towards the cap; one job more than it does.
+    with pytest.raises(planner.PlanTooLarge):
+        planner.plan(conn, 0, 2 * planner.MAX_JOBS + 1, 1)
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == planner.MAX_JOBS
+    result = planner.plan(conn, 0, 2 * planner.MAX_JOBS, 1)
+    assert (result.jobs_added, result.blocks_already_planned) == (planner.MAX_JOBS, planner.MAX_JOBS)
+
+
+def test_the_database_cuts_jobs_on_the_grid_exactly_as_block_range_cut_does(conn):
+    for start, end, chunk in [(7, 35, 10), (0, 1, 1), (10, 20, 10), (999, 1001, 1000), (5, 6, 1_000_000),
+                               (MAX_END - 2_500_000, MAX_END, 1_000_000)]:
+        conn.execute("DELETE FROM jobs")
+        planner.plan(conn, start, end, chunk)
+        assert payloads(conn) == [r.payload() for r in cut(start, end, chunk)], (start, end, chunk)
+    ids = [row[0] for row in conn.execute("SELECT id FROM jobs ORDER BY (payload->>'from')::bigint")]
+    assert ids == sorted(ids)  # claimed in block order
+
+
+@pytest.mark.parametrize("payload", [
+    {"from": "5", "to": "9"}, {"from": 5.0, "to": 9}, {"from": 9, "to": 5}, {"from": -1, "to": 5},
+    {"from": 0, "to": 2**63 - 1}, {"from": 5}, {"from": True, "to": 9},
+])
+def test_a_block_range_job_with_any_other_payload_cannot_be_written(conn, payload):
+    with pytest.raises(ValueError, match="payload must be"):
+        queue.enqueue(conn, JOB_KIND, [{"from": 0, "to": 4}, payload])
+    # Nor past the Python side: the database refuses it too.
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("INSERT INTO jobs (kind, payload) VALUES (%s, %s)", (JOB_KIND, psycopg.types.json.Jsonb(payload)))
+    conn.execute("INSERT INTO jobs (kind, payload) VALUES ('mystery', %s)", (psycopg.types.json.Jsonb(payload),))
+    assert conn.execute("SELECT kind FROM jobs").fetchall() == [("mystery",)]
