@@ -14,13 +14,15 @@ from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re
 from .rpc import Fallback, RpcClient
 
 
-def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False, chain_id: int | None = None) -> Rows:
+def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False, chain_id: int | None = None,
+          max_transactions: int | None = None) -> Rows:
     """Blocks `first..last` as rows, checked (`fetch_json`, then `decode`), and with
     `verify_roots`, each block's roots recomputed from what was fetched (`roots.check_block`):
     a mismatch is a ChainDataError naming the endpoints; a block that cannot be checked is kept,
-    its reason in `rows.unproven`."""
+    its reason in `rows.unproven`. With `max_transactions`, the rows may end before `last`
+    (`rows.last`): see `fetch_json`."""
     try:
-        blocks, receipts = fetch_json(client, first, last)
+        blocks, receipts = fetch_json(client, first, last, max_transactions=max_transactions)
         rows = decode(first, blocks, receipts)
         if verify_roots:
             for block in blocks:
@@ -34,12 +36,20 @@ def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = Fals
         raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
 
 
-def fetch_json(client: RpcClient, first: int, last: int) -> tuple[list[Any], dict[int, Any]]:
+def fetch_json(client: RpcClient, first: int, last: int, *,
+               max_transactions: int | None = None) -> tuple[list[Any], dict[int, Any]]:
     """Blocks `first..last` with full transactions, then the receipts of the blocks that have
     any: by block hash (eth_getBlockReceipts), so they cannot come from a different block at
     that height, or, from an endpoint that lacks that method, one by one by transaction hash
-    (`_receipts_by_transaction`). The client decides which, endpoint by endpoint."""
-    blocks = client.batch([("eth_getBlockByNumber", (hex(n), True)) for n in range(first, last + 1)])
+    (`_receipts_by_transaction`). The client decides which, endpoint by endpoint.
+
+    With `max_transactions`, the blocks end early, at the first block whose transactions bring
+    the total to `max_transactions` or more (`_within`): memory then holds at most that many
+    transactions and one block's worth over, however dense the range turns out to be."""
+    if max_transactions is None:
+        blocks = client.batch([("eth_getBlockByNumber", (hex(n), True)) for n in range(first, last + 1)])
+    else:
+        blocks = _within(client, first, last, max_transactions)
     with_txs = [b for b in blocks if isinstance(b, dict) and b.get("transactions")]
     answers = client.batch([("eth_getBlockReceipts", (b["hash"],)) for b in with_txs],
                            fallback=_receipts_by_transaction(with_txs))
@@ -51,6 +61,33 @@ def fetch_json(client: RpcClient, first: int, last: int) -> tuple[list[Any], dic
                 f"{missing['hash'] if isinstance(missing, dict) else missing} (its transaction index may not reach "
                 "back this far)")
     return blocks, {int(b["number"], 16): r for b, r in zip(with_txs, answers)}
+
+
+def _within(client: RpcClient, first: int, last: int, max_transactions: int) -> list[Any]:
+    """The blocks from `first` up to the one that brings their transactions to
+    `max_transactions` (or up to `last`), with full transactions.
+
+    A block's transaction count is known only once it is fetched, and a block with its full
+    transactions weighs a hundred times its hashes: the headers come first, with hashes only,
+    `client.max_batch` at a time, and only the blocks kept that have transactions are fetched
+    again in full, by hash, so that a block replaced in between (a reorg) is missing rather than
+    mixed in. A header without transactions is the same either way, so an empty chain costs no
+    more calls than before."""
+    kept: list[Any] = []
+    total = 0
+    n = first
+    while n <= last and total < max_transactions:
+        end = min(last, n + client.max_batch - 1)
+        for header in client.batch([("eth_getBlockByNumber", (hex(b), False)) for b in range(n, end + 1)]):
+            kept.append(header)
+            total += len(header["transactions"]) if isinstance(header, dict) else 0
+            if total >= max_transactions:
+                break
+        n = end + 1
+    dense = [i for i, b in enumerate(kept) if isinstance(b, dict) and b.get("transactions")]
+    for i, block in zip(dense, client.batch([("eth_getBlockByHash", (kept[i]["hash"], True)) for i in dense])):
+        kept[i] = block
+    return kept
 
 
 def _receipts_by_transaction(blocks: list[dict[str, Any]]) -> Fallback:

@@ -8,7 +8,10 @@ The pool process itself indexes nothing. It
   (any number of pools may do so at once: the reaper uses SKIP LOCKED);
 - forwards SIGTERM/SIGINT: each worker gives its job back, and the pool exits 0;
 - serves /metrics for all its processes, and computes the database-wide gauges;
-- with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed.
+- with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed;
+  or, once the only jobs left start beyond the safe head (each worker finds so before it exits:
+  nothing running, nothing pending below it), exits `worker.EXIT_WAITING_FOR_CHAIN` (3),
+  saying up to which block it drained and which blocks wait for the chain to grow.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Counters:
     def __init__(self, ctx: multiprocessing.context.BaseContext) -> None:
         self.blocks = ctx.Value("q", 0)
         self.jobs = ctx.Value("q", 0)
+        self.safe_head = ctx.Value("q", -1)  # the highest a draining worker stopped at
 
     def add(self, blocks: int = 0, jobs: int = 0) -> None:
         if blocks:
@@ -73,6 +77,10 @@ class Counters:
         if jobs:
             with self.jobs.get_lock():
                 self.jobs.value += jobs
+
+    def drained_to(self, safe_head: int) -> None:
+        with self.safe_head.get_lock():
+            self.safe_head.value = max(self.safe_head.value, safe_head)
 
 
 class Pool:
@@ -91,6 +99,7 @@ class Pool:
         self.counters = Counters(self.ctx)
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
         self.finished: set[int] = set()
+        self.waiting_for_chain = False  # a draining worker stopped at the safe head
         self.stopping = False
         self.metrics_server: metrics.MetricsServer | None = None
 
@@ -126,7 +135,7 @@ class Pool:
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
-            self.metrics_server = metrics.listen(self.cfg.metrics_port, database=database, multiprocess=True)
+            self.metrics_server = metrics.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database, multiprocess=True)
         for slot in range(self.cfg.workers):
             self._fork(slot)
         signals.on_stop(self._request_stop)
@@ -161,9 +170,16 @@ class Pool:
         if self.drain and not self.stopping:
             with db.connect(self.cfg.database_url) as c:
                 failed = queue.counts(c).failed
+                waiting = queue.waiting(c)
+            code = 0
+            if self.waiting_for_chain and not waiting.others and waiting.first is not None:
+                print(f"indexer work: drained up to the safe head {self.counters.safe_head.value}; jobs for blocks "
+                      f"{waiting.first}..{waiting.last} wait for the chain to grow", file=sys.stderr)
+                code = worker.EXIT_WAITING_FOR_CHAIN
             if failed:
                 print(f"indexer work: {failed} job(s) failed; see `indexer status`", file=sys.stderr)
                 return 1
+            return code
         return 0
 
     def _supervise(self) -> None:
@@ -171,8 +187,9 @@ class Pool:
             if p.is_alive() or slot in self.finished:
                 continue
             metrics.mark_process_dead(p.pid)
-            if self.drain and p.exitcode == 0:
-                self.finished.add(slot)  # found the queue empty
+            if self.drain and p.exitcode in (0, worker.EXIT_WAITING_FOR_CHAIN):
+                self.finished.add(slot)  # found the queue empty, or only jobs beyond the safe head
+                self.waiting_for_chain |= p.exitcode == worker.EXIT_WAITING_FOR_CHAIN
             elif not self.stopping:
                 log.warning("worker %s exited with code %s; starting another", p.name, p.exitcode)
                 self._start(slot)

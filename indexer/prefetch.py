@@ -2,8 +2,11 @@
 asked for all of its own, the first batches of the job claimed ahead, so that the node never
 waits on a job boundary.
 
-A batch holds at most `batch_size` blocks and, by the density seen so far, about
-`batch_transactions` transactions, so that dense blocks do not balloon memory.
+A batch is asked for with at most `batch_size` blocks, fewer where the density seen so far
+would put more than `batch_transactions` transactions in it. The estimate keeps batches full on
+a chain whose density holds; what bounds memory when it changes is the fetch: it stops at the
+block that brings the batch to `batch_transactions` (`chain.fetch_json`), and the rest of the
+batch's blocks are asked for again, in order, before the batches that follow (`Batches.hand_back`).
 """
 
 from __future__ import annotations
@@ -42,17 +45,28 @@ class Batches:
         self.job = job
         self.next_first = first
         self.last = last
-        self.futures: deque[Future[Rows]] = deque()
+        self.futures: deque[tuple[int, Future[Rows]]] = deque()  # each with the last block asked
 
     def ask(self, room: int, size: int, submit: Callable[[int, int], Future[Rows]]) -> int:
         """Asks for up to `room` more batches of `size` blocks; returns how many."""
         asked = 0
         while asked < room and not self.all_asked():
             batch_last = min(self.next_first + size - 1, self.last)
-            self.futures.append(submit(self.next_first, batch_last))
+            self.futures.append((batch_last, submit(self.next_first, batch_last)))
             self.next_first = batch_last + 1
             asked += 1
         return asked
+
+    def hand_back(self, first: int, last: int, room: int, size: int,
+                  submit: Callable[[int, int], Future[Rows]]) -> None:
+        """Asks again for the blocks `first..last` of a batch that ended early, ahead of the
+        batches asked after it: in up to `room` batches of `size` blocks, the last taking the rest."""
+        parts = []
+        while first <= last:
+            part_last = last if len(parts) + 1 >= room else min(first + size - 1, last)
+            parts.append((part_last, submit(first, part_last)))
+            first = part_last + 1
+        self.futures.extendleft(reversed(parts))
 
     def all_asked(self) -> bool:
         return self.next_first > self.last
@@ -61,13 +75,13 @@ class Batches:
         return len(self.futures)
 
     def cancel(self) -> None:
-        for f in self.futures:
+        for _, f in self.futures:
             f.cancel()
         self.futures.clear()
 
 
 class Prefetcher:
-    def __init__(self, fetch: Callable[[int, int], Rows], *, in_flight: int, batch_size: int,
+    def __init__(self, fetch: Callable[[int, int, int], Rows], *, in_flight: int, batch_size: int,
                  batch_transactions: int, stop: threading.Event) -> None:
         self.fetch = fetch
         self.in_flight = in_flight
@@ -102,9 +116,13 @@ class Prefetcher:
                         self.ahead.ask(room - self.ahead.in_flight(), self._size(), self._submit)
                 if not batches.futures:
                     return
-                rows = self._result(batches.futures.popleft())
+                asked_last, future = batches.futures.popleft()
+                rows = self._result(future)
                 density = len(rows.transactions) / (rows.last - rows.first + 1)
                 self.density = density if self.density is None else (self.density + density) / 2
+                if rows.last < asked_last:
+                    batches.hand_back(rows.last + 1, asked_last, self.in_flight - batches.in_flight(),
+                                      self._size(), self._submit)
                 yield rows
         finally:
             batches.cancel()
@@ -131,7 +149,7 @@ class Prefetcher:
         return batch_blocks(self.density, self.batch_size, self.batch_transactions)
 
     def _submit(self, first: int, last: int) -> Future[Rows]:
-        return self.executor.submit(self.fetch, first, last)
+        return self.executor.submit(self.fetch, first, last, self.batch_transactions)
 
     def _result(self, future: Future[Rows]) -> Rows:
         started = time.perf_counter()

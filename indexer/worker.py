@@ -9,7 +9,9 @@
    the progress counters); then the job claimed ahead or with the completion runs, or the
    worker claims again, or waits for a NOTIFY.
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
-when no retry can help. SIGTERM/SIGINT gives every held job back with no attempt spent. The
+when no retry can help. A draining worker (`indexer work --drain`) stops when no job is pending
+or running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
+(`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent. The
 database going away is survived: the worker reconnects with backoff and gives back the jobs it
 held.
 """
@@ -27,11 +29,11 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, endpoints, index_blocks, metrics, queue, signals, store
+from . import db, endpoints, index_blocks, logs, metrics, queue, signals, store
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
 from .claims import Ended, HeldClaims, LostClaim, Stopping, Unrunnable
-from .errors import first_line, redact
+from .errors import Secrets, first_line, redact
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
 from .rpc import RpcClient, RpcError
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
     from .pool import Counters
 
 log = logging.getLogger(__name__)
+
+# A draining worker's exit code when the jobs left wait for blocks the chain does not have yet;
+# the pool exits with it too (`indexer work --help`).
+EXIT_WAITING_FOR_CHAIN = 3
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,9 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Works until stopped (or, with drain, until no job is pending or running)."""
+        """Works until stopped, or, with drain, until no job is pending or running (0) or the jobs
+        left wait for the chain to grow (`EXIT_WAITING_FOR_CHAIN`)."""
+        exit_code = 0
         failures = 0
         job: Claim | None = None  # claimed ahead, or with the previous job's completion
         while not self.stop.is_set():
@@ -138,6 +146,10 @@ class Worker:
                 elif self.drain and not queue.has_unfinished_jobs(self.conn):
                     queue.notify(self.conn)  # the other draining workers look again now
                     break
+                elif self.drain and self._waits_for_the_chain():
+                    queue.notify(self.conn)
+                    exit_code = EXIT_WAITING_FOR_CHAIN
+                    break
                 else:
                     self._wait_for_work()
             except psycopg.OperationalError as exc:
@@ -155,7 +167,27 @@ class Worker:
         except psycopg.Error:
             pass  # its rows age out
         self._drop_connections()
-        return 0
+        return exit_code
+
+    def _waits_for_the_chain(self) -> bool:
+        """True when nothing is running and every pending job starts beyond the safe head: no
+        claim can make progress until the chain grows. The safe head is asked of the node again
+        when the known one is below those jobs, as it may have moved up since."""
+        waiting = queue.waiting(self.conn)
+        if waiting.others or waiting.first is None or waiting.last is None:
+            return False
+        try:
+            safe = self.safe_head.at_least(waiting.first)
+        except RpcError as exc:  # the node may answer again: keep draining
+            log.warning("cannot ask the node for the safe head (%s)", redact(first_line(exc)))
+            return False
+        if safe >= waiting.first:
+            return False
+        if self.counters:
+            self.counters.drained_to(safe)
+        log.debug("drained up to the safe head %d; jobs for blocks %d..%d wait for the chain to grow",
+                  safe, waiting.first, waiting.last)
+        return True
 
     def _claim(self) -> Claim | None:
         with metrics.counted.claim_seconds.time():
@@ -259,7 +291,7 @@ def main(cfg: Settings, drain: bool, counters: Counters | None, metrics_director
     """Entry point of a worker process started by the pool."""
     if metrics_directory is not None:
         metrics.share_between_processes(metrics_directory)
-    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    logs.configure(cfg.log_level, Secrets.of(cfg), "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
     worker = Worker(cfg, drain=drain, counters=counters, chain_id=chain_id)
     signals.on_stop(worker.stop.set)
     raise SystemExit(worker.run())
