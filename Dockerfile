@@ -12,6 +12,8 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER indexer
 WORKDIR /home/indexer
+# /metrics listens on loopback unless told otherwise; in a container it must be reachable.
+ENV INDEXER_METRICS_HOST=0.0.0.0
 EXPOSE 9400
 ENTRYPOINT ["indexer"]
 CMD ["--help"]

@@ -13,6 +13,7 @@ an interval, by `DatabaseCollector`; a scrape never queries the database.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -74,6 +75,9 @@ class Counted:
                                     "Time the writer waited for a batch still being fetched", registry=None)
         self.safe_head = Gauge("indexer_safe_head_block", "Highest block the workers may index",
                                multiprocess_mode="max", registry=None)
+        self.fork_mismatches = Counter(
+            "indexer_fork_mismatches", "Batches refused because they do not link to the stored blocks beside them"
+            " (the node and the database are on different forks); the job is given back", registry=None)
         # -- by the RPC client
         self.rpc_seconds = Histogram(
             "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)",
@@ -285,8 +289,15 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="metrics", daemon=True).start()
-        log.info("serving /metrics on port %d of every interface (http://%s:%d/metrics)",
-                 self.server_port, socket.gethostname(), self.server_port)
+        host = self.server_address[0]
+        shown = f"[{host}]" if ":" in host else host
+        anywhere = f" (every interface; from elsewhere http://{socket.gethostname()}:{self.server_port}/metrics)" \
+            if host in ("0.0.0.0", "::") else ""
+        log.info("serving /metrics on http://%s:%d/metrics%s", shown, self.server_port, anywhere)
+
+
+class MetricsServer6(MetricsServer):
+    address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -294,9 +305,9 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # a log line per scrape would drown the rest
 
 
-def listen(port: int, *, database: DatabaseCollector | None, multiprocess: bool) -> MetricsServer:
-    """Takes `port` (all interfaces: Prometheus usually scrapes from elsewhere) for /metrics;
-    `start` serves it. `indexer work` forks its workers between the two."""
+def listen(port: int, *, host: str, database: DatabaseCollector | None, multiprocess: bool) -> MetricsServer:
+    """Takes `host`:`port` (INDEXER_METRICS_HOST: loopback unless the deployment opens it to its
+    Prometheus) for /metrics; `start` serves it. `indexer work` forks its workers between the two."""
     registry = CollectorRegistry()
     if multiprocess:
         from prometheus_client import multiprocess as mp
@@ -305,15 +316,20 @@ def listen(port: int, *, database: DatabaseCollector | None, multiprocess: bool)
     if database is not None:
         registry.register(database)
     try:
-        return make_server("0.0.0.0", port, make_wsgi_app(registry), MetricsServer, handler_class=_QuietHandler)
+        return make_server(host, port, make_wsgi_app(registry), MetricsServer6 if ":" in host else MetricsServer,
+                           handler_class=_QuietHandler)
+    except socket.gaierror as exc:
+        raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
     except OSError as exc:
-        raise IndexerError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise IndexerError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+        raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
 
 
-def serve_database_gauges(database_url: str, *, port: int, interval: float, stop: threading.Event) -> None:
-    """`indexer monitor`: the database-wide gauges alone, on `port`, until `stop` is set."""
+def serve_database_gauges(database_url: str, *, host: str, port: int, interval: float, stop: threading.Event) -> None:
+    """`indexer monitor`: the database-wide gauges alone, on `host`:`port`, until `stop` is set."""
     collector = DatabaseCollector(database_url, interval)
-    server = listen(port, database=collector, multiprocess=False)
+    server = listen(port, host=host, database=collector, multiprocess=False)
     collector.start()
     server.start()
     stop.wait()

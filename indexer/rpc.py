@@ -26,6 +26,8 @@ each request goes to the next endpoint in turn. What a node answers, and what ha
   available due to pruning", ...): those calls go at once to the other endpoints.
 When no endpoint can answer a call, for the last two reasons, the batch fails at once with an
 `RpcError` that says why. Answers are matched by id, so a batch answered out of order is fine.
+Every text a node sends back is scrubbed of the URLs' secrets (`errors.Secrets`: gateways echo
+the path and query, where API keys live) before it goes into an error, a log line or a job.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import orjson
 import requests
 
 from . import metrics
-from .errors import IndexerError
+from .errors import IndexerError, Secrets
 from .urls import endpoint_label
 
 log = logging.getLogger(__name__)
@@ -375,6 +377,8 @@ class RpcClient:
         self.max_attempts = max_attempts
         self.max_batch = max_batch
         self.backoff_max = backoff_max
+        # Gateways echo the request's path and query, where API keys live, in their error texts.
+        self.secrets = Secrets(urls)
         self.endpoints: list[Endpoint] = []
         for url in urls:
             label = endpoint_label(url)
@@ -581,6 +585,9 @@ class RpcClient:
             answer = orjson.loads(resp.content)
         except orjson.JSONDecodeError:
             answer = None
+        # Every text the node sends is scrubbed whole, before anything cuts it: a key cut in two
+        # is no longer found.
+        said = self.secrets.scrub
         if resp.status_code == 429:
             retry_after = _retry_after(resp.headers.get("Retry-After"))
             if retry_after is None and isinstance(answer, dict):
@@ -591,17 +598,17 @@ class RpcClient:
         if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
             # One error for the whole request, whatever the HTTP status.
             error = answer["error"]
-            message = str(error.get("message", ""))
+            message = said(str(error.get("message", "")))
             kind = classify(error.get("code"), message)
             if kind in (TOO_LARGE, RATE_LIMITED):
                 raise _Refused(f"{where}: batch refused: {message[:200]}", kind, _backoff_seconds(error))
             if kind == PRUNED or kind == UNSUPPORTED and len({s.call[0] for s in chunk}) == 1:
                 return [_Failed(kind, message) for _ in chunk]
             if resp.status_code == 200:
-                raise _Refused(f"{where}: batch refused: {str(error)[:200]}", ERROR)
-            raise _Refused(f"{where}: HTTP {resp.status_code}: {str(error)[:200]}", f"http_{resp.status_code // 100}xx")
+                raise _Refused(f"{where}: batch refused: {said(str(error))[:200]}", ERROR)
+            raise _Refused(f"{where}: HTTP {resp.status_code}: {said(str(error))[:200]}", f"http_{resp.status_code // 100}xx")
         if resp.status_code != 200:
-            text = resp.text[:300]
+            text = said(resp.text)[:300]
             kind = classify(None, text)
             if kind == TOO_LARGE:
                 raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", TOO_LARGE)
@@ -610,7 +617,8 @@ class RpcClient:
                                _retry_after(resp.headers.get("Retry-After")))
             raise _Refused(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
         if answer is None:
-            raise _Refused(f"{where}: answer is not JSON: {resp.content[:40]!r}", "invalid_json")
+            shown = said(resp.content.decode("utf-8", "replace")).encode()
+            raise _Refused(f"{where}: answer is not JSON: {shown[:40]!r}", "invalid_json")
         if isinstance(answer, dict) and "result" in answer:  # a batch of one answered without its list
             answer = [answer]
         if not isinstance(answer, list):
@@ -627,10 +635,11 @@ class RpcClient:
             elif item.get("error") is not None:
                 error = item["error"]
                 if isinstance(error, dict):
-                    message = str(error.get("message", error))
+                    message = said(str(error.get("message", error)))
                     results.append(_Failed(classify(error.get("code"), message), message, _backoff_seconds(error)))
                 else:
-                    results.append(_Failed(classify(None, str(error)), str(error)))
+                    message = said(str(error))
+                    results.append(_Failed(classify(None, message), message))
             elif "result" not in item:
                 results.append(_Failed("invalid_json", "answer has neither result nor error"))
             else:

@@ -464,3 +464,17 @@ def test_bad_rpc_urls_are_refused(text):
 
 def test_several_urls_are_accepted():
     assert parse_urls("http://a:1, https://b/x") == ["http://a:1", "https://b/x"]
+
+
+@pytest.mark.parametrize("form", ["html", "html200", "json", "call"])
+def test_what_a_gateway_echoes_of_the_url_is_scrubbed_before_it_is_cut(chain_node, form):
+    key = "k" + "0123456789abcdef" * 2
+    with FaultProxy(chain_node.url, echo=(form,)) as proxy:
+        url = proxy.url.replace("://", "://user:" + key + "@") + f"/v3/{key}?apikey={key}"
+        with pytest.raises(RpcError) as caught:
+            RpcClient([url], max_attempts=1).call("eth_blockNumber")
+    message = str(caught.value)
+    assert "***" in message
+    # Not even a piece of the key: the answers are cut to 40 or 200 characters, which must not
+    # leave the start of a key that the cut made too short to be found.
+    assert not any(key[i:i + 6] in message for i in range(len(key) - 5)), message

@@ -21,6 +21,12 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
 - `calls_per_second=R`: a provider's rate limit, a token bucket of R calls a second (bursts of
   one second's worth): a request over it gets HTTP 429 (with `retry_after` unless None), or with
   `limit_as="json-rpc"` HTTP 200 and -32005 "limit exceeded" for each call.
+- `echo=(form, ...)`: a gateway that echoes what it was asked in its error texts, the forms
+  served in turn to every request but a lone eth_chainId (so that a pool starts): each text
+  holds the request's path and query, as sent and percent-decoded, and the user and password of
+  its basic authentication. "html": HTTP 503 and a page saying the rate limit was exceeded;
+  "html200": HTTP 200 and a page that is not JSON; "json": HTTP 200 and one -32000 error object
+  for the whole request; "call": each call answered a -32000 error.
 `calls` counts the calls received, by method; `served` what each request got ("pass", a fault,
 "too_large", "rate_limited", "response_too_large"), and each call refused as "method_not_found"
 or "pruned".
@@ -28,11 +34,13 @@ or "pruned".
 
 from __future__ import annotations
 
+import base64
 import random
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler
+from urllib.parse import unquote
 
 import orjson
 import requests
@@ -41,6 +49,7 @@ from .loopback import LoopbackServer, send
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
 NAMED_FAULTS = ("http413", "http429_bare", "limit_exceeded")
+ECHOES = ("html", "html200", "json", "call")
 
 # go-ethereum rpc/errors.go and core/history/historymode.go.
 RESPONSE_TOO_LARGE = {"code": -32003, "message": "response too large"}
@@ -68,6 +77,7 @@ class FaultProxy(LoopbackServer):
         pruned_below: int | None = None,
         calls_per_second: float | None = None,
         limit_as: str = "http429",
+        echo: tuple[str, ...] = (),
     ) -> None:
         self.upstream = upstream
         self.rate = rate
@@ -83,6 +93,8 @@ class FaultProxy(LoopbackServer):
         self.pruned_below = pruned_below
         self.calls_per_second = calls_per_second
         self.limit_as = limit_as
+        self.echo = list(echo)
+        self._echoed = 0
         self._tokens = calls_per_second or 0.0
         self._stamp = time.monotonic()
         self.calls: Counter[str] = Counter()  # calls received, by method
@@ -128,6 +140,8 @@ class FaultProxy(LoopbackServer):
                 return send(h, 200, orjson.dumps([_error(first, BATCH_TOO_LARGE)]))
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"batch too large: {calls} > {self.max_batch}"}}
             return send(h, 200, orjson.dumps(error))
+        if self.echo and any(isinstance(c, dict) and c.get("method") != "eth_chainId" for c in items):
+            return self._echo(h, items, batch)
         fault = self._choose()
         self._count(fault)
         if fault == "http500":
@@ -193,6 +207,25 @@ class FaultProxy(LoopbackServer):
 
     def _limit_exceeded(self, h: BaseHTTPRequestHandler, items: list, batch: bool) -> None:
         answers = [_error(c.get("id") if isinstance(c, dict) else None, LIMIT_EXCEEDED) for c in items]
+        return send(h, 200, orjson.dumps(answers if batch else answers[0]))
+
+    def _echo(self, h: BaseHTTPRequestHandler, items: list, batch: bool) -> None:
+        with self.lock:
+            form = self.echo[self._echoed % len(self.echo)]
+            self._echoed += 1
+        self._count(f"echo_{form}")
+        auth = h.headers.get("Authorization", "")
+        user = base64.b64decode(auth.removeprefix("Basic ")).decode() if auth.startswith("Basic ") else "nobody"
+        asked = f"{h.command} {h.path} (decoded {unquote(h.path)}) for {user}"
+        if form == "html":
+            page = f"<html><body><h1>503</h1><p>rate limit exceeded: {asked}</p></body></html>"
+            return send(h, 503, page.encode(), content_type="text/html")
+        if form == "html200":
+            return send(h, 200, f"<html><body>Cannot {asked}</body></html>".encode(), content_type="text/html")
+        error = {"code": -32000, "message": f"invalid API key: {asked}"}
+        if form == "json":
+            return send(h, 200, orjson.dumps(_error(None, error)))
+        answers = [_error(c.get("id") if isinstance(c, dict) else None, error) for c in items]
         return send(h, 200, orjson.dumps(answers if batch else answers[0]))
 
     def _take(self, calls: int) -> bool:

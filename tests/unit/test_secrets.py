@@ -1,0 +1,86 @@
+"""The scrubber: which parts of the configured URLs are secrets, and that they leave every text and
+every log line, whatever wrote it."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from indexer import logs
+from indexer.errors import MIN_SECRET, Secrets
+
+KEY = "0123456789abcdef0123456789abcdef"
+RPC = f"https://projectid77:{KEY}@mainnet.example:8443/v3/{KEY}?apikey=qk%2Bsecret99&chain=1"
+
+
+@pytest.fixture
+def secrets() -> Secrets:
+    return Secrets([RPC, "http://127.0.0.1:8545"], "postgresql://indexer:db%40password1@db:5432/indexer")
+
+
+@pytest.mark.parametrize("echoed", [
+    f"POST /v3/{KEY}?apikey=qk%2Bsecret99&chain=1 HTTP/1.1",  # urllib3's debug line
+    f"invalid project id {KEY}",  # one segment alone
+    "apikey qk+secret99 is not valid",  # a query value, percent-decoded
+    "apikey qk%2Bsecret99 is not valid",  # and as written
+    "no such user projectid77",
+    f"Basic auth failed for projectid77:{KEY}",
+    "password db@password1 rejected",  # the database's, decoded
+    f"<html><body>Cannot POST /v3/{KEY}</body></html>",
+])
+def test_every_secret_part_leaves_the_text(secrets, echoed):
+    scrubbed = secrets.scrub(echoed)
+    assert "***" in scrubbed
+    for part in (KEY, "qk%2Bsecret99", "qk+secret99", "projectid77", "db@password1", "db%40password1"):
+        assert part not in scrubbed, scrubbed
+
+
+def test_what_is_not_secret_is_kept(secrets):
+    text = "http://mainnet.example:8443: eth_getBlockByNumber failed: header not found (indexer v3 chain=1)"
+    assert secrets.scrub(text) == text
+    # The database's user and name are words of every log line, not secrets.
+    assert secrets.scrub("indexer.worker: job 3 done") == "indexer.worker: job 3 done"
+
+
+def test_short_parts_are_secret_only_as_part_of_the_whole_path_or_query():
+    short = Secrets(["https://node.example/rpc/k1?key=abc"])
+    assert short.scrub("POST /rpc/k1?key=abc failed; rpc k1 abc") == "POST ***?*** failed; rpc k1 abc"
+    assert all(len(p) >= MIN_SECRET or p in ("/rpc/k1", "key=abc") for p in short.parts)
+
+
+def test_unconfigured_passwords_are_still_redacted():
+    none = Secrets()
+    assert none.scrub("postgresql://u:hunter22@h/x host=h password='a b' port=1") == \
+        "postgresql://u:***@h/x host=h password=*** port=1"
+
+
+def test_a_conninfo_password_is_a_secret():
+    assert Secrets([], "host=db password='longpassword9' dbname=x").scrub("got longpassword9") == "got ***"
+
+
+def test_log_lines_are_scrubbed_in_the_message_its_arguments_and_the_traceback(secrets):
+    out = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        logs.configure("DEBUG", secrets, "%(levelname)s %(name)s: %(message)s", stream=out)
+        logging.getLogger("urllib3.connectionpool").debug('%s://%s:%s "%s %s %s" %s %s', "https", "mainnet.example",
+                                                          8443, "POST", f"/v3/{KEY}?apikey=qk%2Bsecret99&chain=1",
+                                                          "HTTP/1.1", 200, 512)
+        try:
+            raise ValueError(f"bad answer from {RPC}")
+        except ValueError:
+            logging.getLogger("indexer.worker").exception("job %d crashed", 7)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    text = out.getvalue()
+    assert 'DEBUG urllib3.connectionpool: https://mainnet.example:8443 "POST ***?*** HTTP/1.1" 200 512' in text
+    assert "ERROR indexer.worker: job 7 crashed" in text and "ValueError: bad answer from https://***@mainnet" in text
+    assert KEY not in text and "projectid77" not in text and "secret99" not in text
+
+
+def test_a_short_user_alone_is_no_secret():
+    assert Secrets(["https://me@node.example/"]).scrub("me and the node") == "me and the node"
