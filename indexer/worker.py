@@ -90,6 +90,7 @@ class Worker:
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
                                    stop=self.stop)
         self.held = HeldClaims()
+        self.secrets = Secrets.of(cfg)  # what a job's last_error must never hold
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._parent = os.getppid()
@@ -266,8 +267,9 @@ class Worker:
         return ended.following or self.prefetch.ahead_job()
 
     def _give_back(self, job: Claim, error: str, *, max_attempts: int | None = None) -> Ended:
-        """Back to pending with backoff, or failed after the last attempt (`max_attempts=0`: now)."""
-        error = redact(error)
+        """Back to pending with backoff, or failed after the last attempt (`max_attempts=0`: now).
+        The error is stored scrubbed: a node's answer quoted in it may repeat a URL's key."""
+        error = self.secrets.scrub(error)
         status = queue.give_back(
             self.conn, job, error, max_attempts=self.cfg.max_attempts if max_attempts is None else max_attempts,
             backoff_base=self.cfg.backoff_base_seconds,

@@ -166,3 +166,19 @@ def test_a_metrics_host_that_cannot_be_used_refuses_to_start_and_claims_nothing(
     assert w.wait() == code
     assert w.output().strip().splitlines() == [f"indexer work: error: {message}"]
     assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("pending", 0)]
+
+
+def test_an_error_quoting_the_node_is_stored_scrubbed(db_url, conn, chain_node):
+    """Whatever text a job is given back with (here a node's answer quoted in a data error, which
+    no RPC-level scrubbing sees) reaches jobs.last_error without the configured secrets."""
+    from indexer import queue, settings
+    from indexer.worker import Worker
+
+    planner.plan(conn, 0, 1, 1)
+    rpc_url = chain_node.url.replace("://", f"://{RPC_USER}:{RPC_PASSWORD}@") + f"/v3/{PATH_KEY}?apikey={QUERY_KEY}"
+    worker = Worker(settings.load(database_url=db_url, rpc_url=rpc_url))
+    job = queue.claim(conn, "test", lease_seconds=60)[0]
+    worker._give_back(job, f"block 0: a field is not hex data: 'https://gw/v3/{PATH_KEY}?apikey={QUERY_KEY}'")
+    stored = conn.execute("SELECT last_error FROM jobs WHERE id = %s", (job.id,)).fetchone()[0]
+    assert "a field is not hex data" in stored
+    assert leaked(stored) == []
