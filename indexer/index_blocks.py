@@ -8,7 +8,9 @@
    blocks on either side of it, or the job is given back: it would write a second fork), then
    `store.write`, then `queue.heartbeat` (extends the lease, records the resume cursor, checks
    the token). A heartbeat that finds no row means the reaper took the job back: the
-   transaction, batch and all, is rolled back, and the claim ends as lost.
+   transaction, batch and all, is rolled back, and the claim ends as lost. The heartbeat also
+   reads the job's end: an idle worker may have split the job (`queue.split`), and the run then
+   stops at the new end (a batch already past it is rolled back and written again, cut).
 4. At the end the job is archived, again only if the token still holds: by `queue.complete`
    when the next job was claimed ahead, else by `queue.complete_and_claim`, which claims the
    next one in the same statement. A range reaching past the safe head is indexed as far as is
@@ -114,26 +116,57 @@ def ask_ahead(worker: Worker, job: Claim) -> Batches:
     return Batches(job, first, last)
 
 
+class _Split(Exception):
+    """The heartbeat found the job's end moved below the batch being written (another worker
+    split the job since the batch was asked for): the batch is rolled back and cut."""
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+
+def _write(worker: Worker, job: Claim, rows: Rows) -> int | None:
+    """Writes one batch and heartbeats, in one transaction; returns the job's end as the
+    heartbeat found it."""
+    # The heartbeat goes last: it locks the job's row, and a worker stalled while holding
+    # that lock would hide the job from the reaper's SKIP LOCKED.
+    with metrics.counted.write_seconds.time(), worker.conn.transaction():
+        try:
+            forks.check_links(worker.conn, rows)
+        except forks.ForkMismatch:
+            metrics.counted.fork_mismatches.inc()
+            raise
+        store.write(worker.conn, rows)
+        lease = queue.heartbeat(worker.conn, job, lease_seconds=worker.cfg.lease_seconds, cursor=rows.last + 1)
+        if lease is None:
+            raise LostClaim()
+        if lease.end is not None and lease.end < rows.last:
+            raise _Split(lease.end)
+    return lease.end
+
+
 def run(worker: Worker, job: Claim) -> Ended:
     blocks = _range(job)
     cfg = worker.cfg
     cursor = _resume_at(job, blocks)
+    end = blocks.last  # lowered when another worker splits the job (`queue.split`)
     safe = worker.safe_head.at_least(blocks.last)
     batches = worker.prefetch.batches(job, cursor, min(blocks.last, safe))
     for rows in worker.prefetch.rows(batches, worker.claim_ahead):
         if worker.stop.is_set():
             raise Stopping()
-        # The heartbeat goes last: it locks the job's row, and a worker stalled while holding
-        # that lock would hide the job from the reaper's SKIP LOCKED.
-        with metrics.counted.write_seconds.time(), worker.conn.transaction():
+        while True:
             try:
-                forks.check_links(worker.conn, rows)
-            except forks.ForkMismatch:
-                metrics.counted.fork_mismatches.inc()
-                raise
-            store.write(worker.conn, rows)
-            if not queue.heartbeat(worker.conn, job, lease_seconds=cfg.lease_seconds, cursor=rows.last + 1):
-                raise LostClaim()
+                now_ends_at = _write(worker, job, rows.up_to(end) if rows.last > end else rows)
+                break
+            except _Split as split:
+                end = split.end
+        if now_ends_at is not None:
+            end = min(end, now_ends_at)
+        if end < batches.last:
+            log.debug("job %d was split: it now ends at block %d", job.id, end)
+            batches.shrink(end)
+        if rows.last > end:
+            rows = rows.up_to(end)
         worker.endpoint_rates.maybe_record(worker.conn)  # at most every INDEXER_RPC_STATUS_SECONDS
         cursor = rows.last + 1
         written = rows.last - rows.first + 1
@@ -145,11 +178,11 @@ def run(worker: Worker, job: Claim) -> Ended:
         if worker.counters:
             worker.counters.add(blocks=written)
 
-    if cursor <= blocks.last:
+    if cursor <= end:
         if not queue.defer(worker.conn, job, delay_seconds=cfg.defer_seconds):
             return LOST
-        return Ended(Outcome.DEFERRED, f"blocks {cursor}..{blocks.last} are past the safe head {safe}")
-    done = Ended(Outcome.DONE, f"blocks {blocks.first}..{blocks.last}")
+        return Ended(Outcome.DEFERRED, f"blocks {cursor}..{end} are past the safe head {safe}")
+    done = Ended(Outcome.DONE, f"blocks {blocks.first}..{end}")
     if worker.prefetch.ahead_job() is not None:
         return done if queue.complete(worker.conn, job) else LOST
     # Claim the next job in the statement that completes this one, unless stopping.

@@ -78,6 +78,9 @@ class Counted:
         self.fork_mismatches = Counter(
             "indexer_fork_mismatches", "Batches refused because they do not link to the stored blocks beside them"
             " (the node and the database are on different forks); the job is given back", registry=None)
+        self.job_splits = Counter(
+            "indexer_job_splits", "Running jobs split by an idle worker, which took the second half of"
+            " their blocks left", registry=None)
         # -- by the RPC client
         self.rpc_seconds = Histogram(
             "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)",

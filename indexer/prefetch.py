@@ -71,6 +71,19 @@ class Batches:
     def all_asked(self) -> bool:
         return self.next_first > self.last
 
+    def shrink(self, last: int) -> None:
+        """The job now ends at `last` (another worker took the rest: `queue.split`): nothing past
+        it is asked for, and batches asked past it are dropped; one that straddles it stays, and
+        the writer leaves out its blocks past `last`."""
+        self.last = min(self.last, last)
+        kept: deque[tuple[int, Future[Rows]]] = deque()
+        for asked_last, future in self.futures:
+            if kept and kept[-1][0] >= last:
+                future.cancel()
+            else:
+                kept.append((asked_last, future))
+        self.futures = kept
+
     def in_flight(self) -> int:
         return len(self.futures)
 
@@ -120,8 +133,8 @@ class Prefetcher:
                 rows = self._result(future)
                 density = len(rows.transactions) / (rows.last - rows.first + 1)
                 self.density = density if self.density is None else (self.density + density) / 2
-                if rows.last < asked_last:
-                    batches.hand_back(rows.last + 1, asked_last, self.in_flight - batches.in_flight(),
+                if rows.last < min(asked_last, batches.last):
+                    batches.hand_back(rows.last + 1, min(asked_last, batches.last), self.in_flight - batches.in_flight(),
                                       self._size(), self._submit)
                 yield rows
         finally:

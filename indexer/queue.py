@@ -75,7 +75,36 @@ SET locked_until = now() + make_interval(secs => %(lease)s),
     cursor = coalesce(%(cursor)s, cursor),
     updated_at = now()
 WHERE {_HELD}
-RETURNING locked_until
+RETURNING payload->'to'  -- the range's end, which a split may have moved down since the claim
+"""
+
+# An idle worker's way to a share of a running job (`split`): the running `kind` job with the
+# most blocks left after its resume cursor, when at least 2 * min_blocks are left, keeps the
+# first half of them, and the second half becomes a new pending job, in one statement. The
+# holder keeps its claim (its token is matched, not changed) and learns its new end from its
+# next heartbeat. A job being written or heartbeated right now is skipped, not waited for, and
+# one whose lease has run out is the reaper's.
+SPLIT = f"""
+WITH victim AS (
+    SELECT j.id, j.claim_token, r.last_block, greatest(r.first_block, coalesce(j.cursor, r.first_block)) AS resume
+    FROM jobs j
+    CROSS JOIN LATERAL (SELECT job_block_number(j.payload->'from') AS first_block,
+                               job_block_number(j.payload->'to') AS last_block) r
+    WHERE j.status = {_RUNNING} AND j.kind = %(kind)s AND j.locked_until > now()
+      AND r.last_block - greatest(r.first_block, coalesce(j.cursor, r.first_block)) + 1 >= 2 * %(min_blocks)s
+    ORDER BY r.last_block - greatest(r.first_block, coalesce(j.cursor, r.first_block)) DESC, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+), cut AS (
+    SELECT id, claim_token, last_block, resume + (last_block - resume + 1) / 2 AS tail FROM victim
+), shrunk AS (
+    UPDATE jobs SET payload = jsonb_set(jobs.payload, '{{to}}', to_jsonb(cut.tail - 1)), updated_at = now()
+    FROM cut WHERE jobs.id = cut.id AND jobs.claim_token = cut.claim_token
+    RETURNING jobs.id
+)
+INSERT INTO jobs (kind, payload)
+SELECT %(kind)s, jsonb_build_object('from', cut.tail, 'to', cut.last_block) FROM cut JOIN shrunk USING (id)
+RETURNING id, (payload->>'from')::bigint, (payload->>'to')::bigint
 """
 
 # Delete from the hot table and archive in one statement: a job is never in both, or neither.
@@ -286,10 +315,27 @@ def claim(conn: psycopg.Connection, worker: str, *, lease_seconds: float, limit:
     return sorted((Claim(*row) for row in rows), key=lambda c: c.id)
 
 
-def heartbeat(conn: psycopg.Connection, job: Claim, *, lease_seconds: float, cursor: int | None = None) -> bool:
-    """Extends the lease (and records the resume cursor). False: the claim is lost; stop."""
+@dataclass(frozen=True)
+class Lease:
+    """A heartbeat's answer: the claim holds, and the job's range now ends at `end` (None for a
+    payload without "to"): lower than at the claim if the job was split since."""
+
+    end: int | None
+
+
+def heartbeat(conn: psycopg.Connection, job: Claim, *, lease_seconds: float, cursor: int | None = None) -> Lease | None:
+    """Extends the lease (and records the resume cursor). None: the claim is lost; stop."""
     params = {"id": job.id, "token": job.token, "lease": lease_seconds, "cursor": cursor}
-    return conn.execute(HEARTBEAT, params).fetchone() is not None
+    row = conn.execute(HEARTBEAT, params).fetchone()
+    if row is None:
+        return None
+    return Lease(row[0] if type(row[0]) is int else None)
+
+
+def split(conn: psycopg.Connection, kind: str, *, min_blocks: int) -> tuple[int, int, int] | None:
+    """Splits the running job with the most blocks left, if one has 2 * `min_blocks` left; returns
+    the new pending job's (id, first block, last block), or None."""
+    return conn.execute(SPLIT, {"kind": kind, "min_blocks": min_blocks}).fetchone()
 
 
 def complete(conn: psycopg.Connection, job: Claim) -> bool:

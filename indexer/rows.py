@@ -225,6 +225,14 @@ class Rows:
     withdrawals: list[str] = field(default_factory=list)
     unproven: list[str] = field(default_factory=list)  # why a block's roots could not be checked, one per block
 
+    def up_to(self, last: int) -> Rows:
+        """These rows without the blocks above `last` (a split gave them to another job): every
+        line starts with its block number."""
+        def kept(lines: list[str]) -> list[str]:
+            return [line for line in lines if int(line[:line.index("\t")]) <= last]
+        return Rows(self.first, last, kept(self.blocks), kept(self.transactions), kept(self.logs),
+                    kept(self.withdrawals), self.unproven)
+
 
 def _q(value: str | None) -> str:
     """A hex quantity as a decimal string."""

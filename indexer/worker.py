@@ -140,7 +140,7 @@ class Worker:
                     self._give_back_held()  # after a reconnect: the jobs we may still hold
                     self._listen()  # before looking at the queue, so that no NOTIFY is missed
                     self.endpoint_rates.maybe_record(self.conn)
-                    job = self._claim()
+                    job = self._claim() or self._split_and_claim()
                 failures = 0
                 if job is not None:
                     job = self.run_claim(job)
@@ -194,6 +194,17 @@ class Worker:
         with metrics.counted.claim_seconds.time():
             claims = queue.claim(self.conn, self.name, lease_seconds=self.cfg.lease_seconds)
         return claims[0] if claims else None
+
+    def _split_and_claim(self) -> Claim | None:
+        """With nothing to claim: the second half of the blocks left of the running job with the
+        most left (`queue.split`), so that no worker idles while one holds a long job; claimed.
+        A job is split only while each half would hold at least a batch (INDEXER_BATCH_SIZE blocks)."""
+        made = queue.split(self.conn, INDEX_BLOCKS, min_blocks=self.cfg.batch_size)
+        if made is None:
+            return None
+        metrics.counted.job_splits.inc()
+        log.info("split a running job: its blocks %d..%d became job %d", made[1], made[2], made[0])
+        return self._claim()
 
     def claim_ahead(self) -> Batches | None:
         """Claims the next job while the current one finishes (the prefetcher calls this); returns

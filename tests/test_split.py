@@ -1,0 +1,107 @@
+"""Jobs that split: an idle worker takes the second half of the blocks left of the running job
+with the most left (`queue.split`), and the holder stops at its new end. The statement against
+a real PostgreSQL, racing with what the holder and the reaper do; then `indexer work` end to end."""
+
+from __future__ import annotations
+
+import psycopg
+
+from indexer import db, planner, queue
+from indexer.block_range import JOB_KIND
+from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.node_compare import assert_matches_node
+
+from .test_queue import BACKOFF, LEASE, expire
+
+SELECT_RANGES = """
+SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs
+UNION ALL SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history
+ORDER BY 1
+"""
+
+
+def ranges(conn: psycopg.Connection) -> list[tuple[int, int]]:
+    return conn.execute(SELECT_RANGES).fetchall()
+
+
+def test_a_split_halves_the_blocks_left_and_the_holder_learns_its_new_end(conn):
+    planner.plan(conn, 0, 1000, 1000)
+    (job,) = queue.claim(conn, "holder", lease_seconds=LEASE)
+    assert queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=100).end == 999
+
+    new_id, first, last = queue.split(conn, JOB_KIND, min_blocks=10)
+    assert (first, last) == (550, 999)  # half of the 900 blocks left after the cursor
+    assert queue.heartbeat(conn, job, lease_seconds=LEASE, cursor=200).end == 549
+    assert ranges(conn) == [(0, 549), (550, 999)]
+    # The holder keeps its claim: it completes with its token, and the tail waits for a worker.
+    assert queue.complete(conn, job)
+    (tail,) = queue.claim(conn, "idle", lease_seconds=LEASE)
+    assert (tail.id, tail.payload, tail.attempts) == (new_id, {"from": 550, "to": 999}, 1)
+
+
+def test_the_running_job_with_most_blocks_left_is_split_and_only_while_each_half_holds_a_batch(conn):
+    planner.plan(conn, 0, 100, 50)  # two jobs of 50 blocks
+    a, b = queue.claim(conn, "w", lease_seconds=LEASE, limit=2)
+    queue.heartbeat(conn, a, lease_seconds=LEASE, cursor=30)  # 20 left; b has 50
+    assert queue.split(conn, JOB_KIND, min_blocks=10)[1:] == (75, 99)
+    # Now a has 20 left and b 25: neither holds two batches of 13.
+    assert queue.split(conn, JOB_KIND, min_blocks=13) is None
+    assert ranges(conn) == [(0, 49), (50, 74), (75, 99)]
+
+
+def test_a_job_being_written_is_skipped_not_waited_for(conn, db_url):
+    planner.plan(conn, 0, 1000, 1000)
+    (job,) = queue.claim(conn, "holder", lease_seconds=LEASE)
+    with db.connect(db_url) as holder, holder.transaction():
+        queue.heartbeat(holder, job, lease_seconds=LEASE, cursor=10)  # its write transaction holds the row
+        assert queue.split(conn, JOB_KIND, min_blocks=10) is None
+    assert queue.split(conn, JOB_KIND, min_blocks=10) is not None
+
+
+def test_a_split_racing_a_completion_loses_nothing(conn):
+    planner.plan(conn, 0, 1000, 1000)
+    (job,) = queue.claim(conn, "holder", lease_seconds=LEASE)
+    assert queue.complete(conn, job)  # the holder finished first: nothing is left to split
+    assert queue.split(conn, JOB_KIND, min_blocks=10) is None
+    assert ranges(conn) == [(0, 999)]
+
+
+def test_an_expired_lease_is_the_reaper_s_not_split(conn):
+    planner.plan(conn, 0, 1000, 1000)
+    (job,) = queue.claim(conn, "holder", lease_seconds=LEASE)
+    expire(conn, job.id)
+    assert queue.split(conn, JOB_KIND, min_blocks=10) is None
+    (reaped,) = queue.reap(conn, max_attempts=5, backoff_base=BACKOFF)
+    assert reaped.id == job.id
+    assert ranges(conn) == [(0, 999)]
+
+
+def test_a_split_stands_when_the_holder_then_loses_its_claim(conn):
+    """Split, then the reaper takes the shrunk job back: both halves are still planned, once."""
+    planner.plan(conn, 0, 1000, 1000)
+    (job,) = queue.claim(conn, "holder", lease_seconds=LEASE)
+    queue.split(conn, JOB_KIND, min_blocks=10)
+    expire(conn, job.id)
+    queue.reap(conn, max_attempts=5, backoff_base=BACKOFF)
+    assert queue.heartbeat(conn, job, lease_seconds=LEASE) is None  # the old claim is gone
+    assert ranges(conn) == [(0, 499), (500, 999)]
+    statuses = conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall()
+    assert statuses == [("pending", 2)]
+
+
+def test_four_workers_share_one_job_and_index_every_block_once(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 1000)  # one job for the whole chain
+    with FaultProxy(chain_node.url, delay=0.05) as slow:  # slow enough that the others go idle
+        w = work(db_url, slow.url, "--workers", "4", "--drain", "--batch-size", "1", INDEXER_RPC_IN_FLIGHT="1")
+        assert w.wait() == 0, w.output()
+    done = conn.execute("SELECT (payload->>'from')::bigint, (payload->>'to')::bigint, locked_by FROM jobs_history"
+                        " WHERE status = 'done' ORDER BY 1").fetchall()
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    # The parts cover the chain end to end, each block in exactly one of them...
+    assert done[0][0] == 0 and done[-1][1] == head
+    assert all(done[i][1] + 1 == done[i + 1][0] for i in range(len(done) - 1)), done
+    # ...and every worker indexed some of it.
+    assert len({holder for _, _, holder in done}) == 4, done
+    assert w.output().count("split a running job") >= 3, w.output()
+    assert_matches_node(conn, chain_node.url, 0, head)
