@@ -2,7 +2,9 @@
 """Backfill benchmark: the raw JSON-RPC ceiling against `indexer work` end to end, in one run.
 
 For each chain (sparse: empty blocks mined by a pruned anvil; dense: many transactions and logs
-per block), on the same node and blocks:
+per block; mainnet: blocks with mainnet's shape at a chosen height, from the mainnet-shaped node
+of indexer/testing/mainnet_node.py, which costs almost nothing to serve, so that the indexer's
+own CPU shows rather than anvil's), on the same node and blocks:
 - raw ceiling: a plain HTTP client (requests + orjson) fetching batches of 100 blocks with full
   transactions plus `eth_getBlockReceipts` for every block, 4 batches in flight, decoding the
   JSON, writing nothing; measured before the first indexer run and after each, and every run is
@@ -13,7 +15,10 @@ per block), on the same node and blocks:
 - peak RSS of each worker process (VmHWM, sampled until it exits);
 - where the machine's cores went during each (CPU time over wall time): the node, the
   client or the indexer's own processes, and the rest (PostgreSQL, mostly); on a 2-core machine
-  whatever the indexer and PostgreSQL take, the node cannot have;
+  whatever the indexer and PostgreSQL take, the node cannot have; and the same as milliseconds
+  of CPU per block, with the node's capacity (blocks/s it could serve on one core: its GIL
+  holds it to one) against what the indexer took from it; for the mainnet-shaped node, also
+  the blocks/s it served to two client processes that read without parsing (`node_capacity`);
 - a breakdown, in one process and in order, of what `indexer work` does per block with the
   project's own functions: JSON-RPC (`chain.fetch_json`), decoding and checking (`chain.decode`)
   and writing (`store.write` and its commit, with a worker's session settings).
@@ -21,11 +26,13 @@ Prints Markdown tables (and with --plot, a PNG of blocks/s against workers); BEN
 the figures with this command.
 
     .venv/bin/python scripts/bench_backfill.py [--sparse 200000] [--dense 2000] [--workers 1,2,4]
+        [--mainnet 2000 --mainnet-era 18000000]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import resource
 import subprocess
@@ -43,6 +50,7 @@ from psycopg.conninfo import make_conninfo
 from indexer import chain, db, store
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
+from indexer.testing.mainnet_node import NodeProcess, block_hash
 from indexer.testing.processes import descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
@@ -56,7 +64,7 @@ def post(session: requests.Session, url: str, calls: list) -> list:
     return [a["result"] for a in sorted(answer, key=lambda a: a["id"])]
 
 
-def raw_ceiling(url: str, head: int, batch: int = 100, in_flight: int = 4) -> float:
+def raw_ceiling(url: str, first: int, head: int, batch: int = 100, in_flight: int = 4) -> float:
     local = threading.local()
 
     def fetch(first: int) -> int:
@@ -69,9 +77,37 @@ def raw_ceiling(url: str, head: int, batch: int = 100, in_flight: int = 4) -> fl
 
     started = time.perf_counter()
     with ThreadPoolExecutor(in_flight) as pool:
-        total = sum(pool.map(fetch, range(0, head + 1, batch)))
-    assert total == head + 1
+        total = sum(pool.map(fetch, range(first, head + 1, batch)))
+    assert total == head - first + 1
     return total / (time.perf_counter() - started)
+
+
+def _fetch_unparsed(job: tuple[str, int, int]) -> None:
+    url, first, last = job
+    session = requests.Session()
+    for start in range(first, last + 1, 100):
+        numbers = range(start, min(start + 100, last + 1))
+        for calls in ([("eth_getBlockByNumber", [hex(n), False]) for n in numbers],
+                      [("eth_getBlockByHash", [block_hash(n), True]) for n in numbers],
+                      [("eth_getBlockReceipts", [block_hash(n)]) for n in numbers]):
+            body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": m, "params": p}
+                                 for i, (m, p) in enumerate(calls)])
+            session.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=120).content
+
+
+def node_capacity(url: str, pid: int, first: int, head: int, processes: int = 2) -> tuple[float, float]:
+    """Blocks/s the mainnet-shaped node serves, and its CPU milliseconds per block, to
+    `processes` clients asking as a worker does (headers, then full blocks and receipts by hash,
+    100 blocks a batch) that read the answers without parsing them: the raw ceiling's single
+    client spends a core parsing about 1.5 MB of JSON a block and measures itself, not the node."""
+    processes = min(processes, head - first + 1)
+    step = (head - first + 1) // processes
+    jobs = [(url, first + i * step, first + (i + 1) * step - 1) for i in range(processes)]
+    with multiprocessing.Pool(processes) as pool:
+        cpu, started = cpu_seconds(pid), time.perf_counter()
+        pool.map(_fetch_unparsed, jobs)
+        wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu
+    return step * processes / wall, 1000 * cpu / (step * processes)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -155,15 +191,16 @@ def drop_database(admin_url: str, name: str) -> None:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str, cores: Cores,
+def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: int, name: str, cores: Cores,
                 chunk: int | None = None, settings: dict[str, str] | None = None) -> tuple[float, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     env |= {"INDEXER_DATABASE_URL": fresh_database(admin_url, name), "INDEXER_RPC_URL": rpc_url,
             "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0", **(settings or {})}
     # The article's 10,000-block jobs, or fewer blocks per job (at least 100) on a short chain so
     # that every worker gets several jobs.
-    chunk = chunk or max(100, min(10_000, (head + 1) // 20))
-    for cmd in (["migrate"], ["plan", "--from", "0", "--to", str(head + 1), "--chunk", str(chunk)]):
+    blocks = head - first + 1
+    chunk = chunk or max(100, min(10_000, blocks // 20))
+    for cmd in (["migrate"], ["plan", "--from", str(first), "--to", str(head + 1), "--chunk", str(chunk)]):
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
     with cores:
         started = time.perf_counter()
@@ -179,12 +216,13 @@ def indexer_run(admin_url: str, rpc_url: str, head: int, workers: int, name: str
         raise SystemExit(f"indexer work exited with {rc}")
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:
         stored = c.execute("SELECT count(*) FROM blocks").fetchone()[0]
-    assert stored == head + 1, (stored, head + 1)
+    assert stored == blocks, (stored, blocks)
     drop_database(admin_url, name)
-    return (head + 1) / elapsed, max(watch.peaks.values(), default=0) // 1024
+    return blocks / elapsed, max(watch.peaks.values(), default=0) // 1024
 
 
-def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int = 1000) -> dict[str, float]:
+def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
+              batch_transactions: int = 1000) -> dict[str, float]:
     """Milliseconds per block of each step of a worker, done in order in this one process, with
     the worker's batch size (100 blocks, fewer when dense: about 1,000 transactions a batch)."""
     name = f"bench_{os.getpid()}_breakdown"
@@ -195,7 +233,7 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
     spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         store.prepare(conn)
-        first, size = 0, 100
+        first, size = first_block, 100
         while first <= head:
             last = min(first + size - 1, head)
             t0 = time.perf_counter()
@@ -211,9 +249,10 @@ def breakdown(admin_url: str, rpc_url: str, head: int, batch_transactions: int =
             size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
             first = last + 1
         stored = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
-    assert stored == head + 1, (stored, head + 1)
+    blocks = head - first_block + 1
+    assert stored == blocks, (stored, blocks)
     drop_database(admin_url, name)
-    return {step: 1000 * t / (head + 1) for step, t in spent.items()}
+    return {step: 1000 * t / blocks for step, t in spent.items()}
 
 
 
@@ -222,12 +261,19 @@ def main() -> None:
     ap.add_argument("--sparse", type=int, default=200_000, help="empty blocks on the sparse chain (0 to skip)")
     ap.add_argument("--dense", type=int, default=2_000, help="blocks on the dense chain (0 to skip)")
     ap.add_argument("--dense-txs", type=int, default=50, help="transactions per dense block")
+    ap.add_argument("--mainnet", type=int, default=0,
+                    help="blocks with mainnet's shape, from the mainnet-shaped node (0, the default, to skip)")
+    ap.add_argument("--mainnet-era", type=int, default=18_000_000,
+                    help="height of the first mainnet-shaped block: its era sets the shape (default 18000000)")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     ap.add_argument("--repeat", type=int, default=1, help="runs per chain; the run of median ratio is reported")
     ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
+    for name in ("sparse", "dense", "dense_txs", "mainnet", "mainnet_era", "repeat"):
+        if getattr(args, name) < 0 or (name == "repeat" and args.repeat < 1):
+            ap.error(f"--{name.replace('_', '-')} must be {'at least 1' if name == 'repeat' else '0 or more'}")
     workers = [int(w) for w in args.workers.split(",")]
     rows = []
     chains = []
@@ -236,33 +282,47 @@ def main() -> None:
         chains.append(("sparse", args.sparse, ("--prune-history", "--hardfork", "cancun")))
     if args.dense:
         chains.append(("dense", args.dense, ("--no-mining",)))
+    if args.mainnet:
+        chains.append(("mainnet", args.mainnet, ()))
     for kind, size, anvil_args in chains:
-        with Anvil(*anvil_args) as node:
-            t = time.perf_counter()
+        t = time.perf_counter()
+        # The mainnet-shaped node computes every block's hashes before it answers: not timed.
+        with (NodeProcess(args.mainnet_era, size) if kind == "mainnet" else Anvil(*anvil_args)) as node:
+            first = args.mainnet_era if kind == "mainnet" else 0
             if kind == "sparse":
                 node.rpc("anvil_mine", hex(size - 1), "0x1")
-            else:
+            elif kind == "dense":
                 build_dense(node, size - 1, args.dense_txs)
             head = node.head()
-            print(f"# {kind}: {head + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+            print(f"# {kind}: {head - first + 1:,} blocks built in {time.perf_counter() - t:.0f} s", file=sys.stderr,
+                  flush=True)
+            if kind == "mainnet":
+                capacity = node_capacity(node.url, node.proc.pid, first, head)
+                print(f"# mainnet-shaped node: {capacity[0]:,.0f} blocks/s served to 2 processes reading without "
+                      f"parsing, {capacity[1]:.2f} ms of its CPU per block", file=sys.stderr, flush=True)
             with Cores(node.proc.pid) as before_cores:
-                before = raw_ceiling(node.url, head)
+                before = raw_ceiling(node.url, first, head)
             for _ in range(args.repeat):
                 for n in workers:
                     cores = Cores(node.proc.pid)
-                    rate, rss = indexer_run(args.database_url, node.url, head, n, f"bench_{os.getpid()}_{kind}_{n}", cores)
+                    rate, rss = indexer_run(args.database_url, node.url, first, head, n,
+                                            f"bench_{os.getpid()}_{kind}_{n}", cores)
                     with Cores(node.proc.pid) as after_cores:
-                        after = raw_ceiling(node.url, head)
+                        after = raw_ceiling(node.url, first, head)
                     # The machine's speed drifts: each run is held against the ceilings measured
                     # just before and just after it.
                     ceiling = (before + after) / 2
-                    rows.append((kind, head + 1, n, ceiling, rate, rss, before_cores, cores))
+                    rows.append((kind, head - first + 1, n, ceiling, rate, rss, before_cores, cores))
                     print(f"# {kind} workers={n}: ceiling {before:,.0f} then {after:,.0f} blocks/s, indexer "
                           f"{rate:,.0f} blocks/s ({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores "
                           f"node/client/rest: ceiling {before_cores}, indexer {cores}", file=sys.stderr, flush=True)
                     before, before_cores = after, after_cores
-            breakdowns[kind] = breakdown(args.database_url, node.url, head)
+            breakdowns[kind] = breakdown(args.database_url, node.url, first, head)
     rows = median_rows(rows)
+    if args.mainnet:
+        print(f"The mainnet-shaped node ({args.mainnet:,} blocks from {args.mainnet_era:,}) served {capacity[0]:,.0f} "
+              f"blocks/s to 2 client processes that read its answers without parsing them, at {capacity[1]:.2f} ms "
+              "of its CPU per block.\n")
     print(f"Median of {args.repeat} run(s) at each worker count; each held against the mean of the ceilings measured just "
           "before and just after it.\n")
     print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
@@ -271,6 +331,17 @@ def main() -> None:
     for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores in rows:
         print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {rss} "
               f"| {c_cores} | {i_cores} |")
+    print()
+    print("CPU per block (cores busy over blocks/s) in the indexer runs; the node's capacity is what one core (its "
+          "GIL) could serve at its CPU per block, against the blocks/s the indexer took from it.\n")
+    print("| run | node (ms CPU/block) | indexer processes (ms CPU/block) | rest, PostgreSQL mostly (ms CPU/block) "
+          "| node's capacity (blocks/s) | capacity / indexer |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores in rows:
+        node_ms = 1000 * i_cores.node / rate
+        one_core = f"{1000 / node_ms:,.0f} | {1000 / node_ms / rate:,.1f}x" if node_ms > 0 else "- | -"
+        print(f"| {n} workers on {kind} | {node_ms:.2f} | {1000 * i_cores.client / rate:.2f} "
+              f"| {1000 * i_cores.rest / rate:.2f} | {one_core} |")
     print()
     print("| chain | JSON-RPC (ms/block) | decoding and checks (ms/block) | writing (ms/block) |")
     print("|---|---:|---:|---:|")

@@ -65,3 +65,19 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     assert all(float(x) > 0 for r in breakdown for x in r[1:])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert bench_databases() == before  # it cleans up after itself
+
+
+def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
+    before = bench_databases()
+    out = run_script("scripts/bench_backfill.py", "--sparse", "0", "--dense", "0", "--mainnet", "30",
+                     "--mainnet-era", "19426587", "--workers", "2")
+    runs = [r for r in table_rows(out, "mainnet") if len(r) > 5]
+    assert [(r[0], r[1], r[2]) for r in runs] == [("mainnet", "30", "2")]
+    assert float(runs[0][4].replace(",", "")) > 0
+    node, indexer, rest, capacity, ratio = table_rows(out, "2 workers on mainnet")[0][1:]
+    assert float(node) > 0 and float(indexer) > 0 and ratio.endswith("x")
+    served = r"The mainnet-shaped node \(30 blocks from 19,426,587\) served [\d,]+ blocks/s"
+    assert re.search(served, out), out
+    breakdown = [r for r in table_rows(out, "mainnet") if len(r) == 4]
+    assert len(breakdown) == 1 and all(float(x) > 0 for x in breakdown[0][1:])
+    assert bench_databases() == before

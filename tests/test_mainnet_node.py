@@ -1,0 +1,117 @@
+"""The mainnet-shaped node for benchmarks: its blocks pass every check the indexer makes (roots
+proven, parents linked, receipts belonging to their blocks), are the same on every run, and a
+backfill against it completes and verifies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import orjson
+import pytest
+
+from indexer import chain, planner, roots
+from indexer.rpc import RpcClient
+from indexer.testing.mainnet_node import ERAS, MainnetNode, NodeProcess
+
+from .conftest import run_indexer
+
+# Ten blocks from a little after each era's first block.
+SAMPLES = [max(era.start, 1) + 1_000 for era in ERAS]
+
+
+def rpc(node: MainnetNode, method: str, *params: object) -> object:
+    return RpcClient([node.url], timeout=60, max_attempts=1).call(method, *params)
+
+
+@pytest.fixture(scope="module")
+def node():
+    with MainnetNode(0, 23_000_000, templates=8) as n:
+        yield n
+
+
+@pytest.mark.parametrize("first", SAMPLES, ids=[era.name for era in ERAS])
+def test_every_era_decodes_and_every_root_is_proven(node, first):
+    client = RpcClient([node.url], timeout=60, max_attempts=1)
+    last = first + 9
+    # Headers first, then the dense blocks by hash, as a worker fetches them.
+    rows = chain.fetch(client, first, last, verify_roots=True, chain_id=1, max_transactions=10**6)
+    assert (rows.first, rows.last, len(rows.blocks), rows.unproven) == (first, last, 10, [])
+
+    blocks, receipts = chain.fetch_json(client, first, last)
+    txs = [tx for b in blocks for tx in b["transactions"]]
+    # Each transaction hash is the keccak of its signed encoding, not merely a root that matches.
+    assert all("0x" + roots.keccak(roots.encode_transaction_json(tx)).hex() == tx["hash"] for tx in txs)
+    assert len({tx["hash"] for tx in txs}) == len(txs)
+    era = next(e for e in reversed(ERAS) if e.start <= first)
+    types = Counter(int(tx["type"], 16) for tx in txs)
+    if era.start >= 17_034_870:
+        assert all(len(b["withdrawals"]) == 16 for b in blocks)
+        assert 80 <= len(txs) / 10 <= 260 and types[2] > types[0] > 0
+    if era.start >= 19_426_587:
+        assert types[3] > 0
+    if era.start >= 22_431_084:
+        assert types[4] > 0 and all("requestsHash" in b for b in blocks)
+    if era.start < 12_244_000:
+        assert set(types) <= {0}
+    if era.start < 4_370_000:  # receipts carry the state root, as before Byzantium
+        assert all("root" in r and "status" not in r for rs in receipts.values() for r in rs)
+    if era.start == 0:
+        assert sum(1 for b in blocks if not b["transactions"]) >= 3
+
+
+def test_blocks_link_by_parent_hash_and_are_found_by_hash(node):
+    first = 19_426_587 - 5  # across the Cancun boundary
+    headers = [rpc(node, "eth_getBlockByNumber", hex(n), False) for n in range(first, first + 10)]
+    for below, above in zip(headers, headers[1:]):
+        assert above["parentHash"] == below["hash"]
+    assert "blobGasUsed" not in headers[4] and "blobGasUsed" in headers[5]
+    for header in headers:
+        full = rpc(node, "eth_getBlockByHash", header["hash"], True)
+        assert full["number"] == header["number"]
+        assert [tx["hash"] for tx in full["transactions"]] == header["transactions"]
+        by_hash = rpc(node, "eth_getBlockReceipts", header["hash"])
+        assert by_hash == rpc(node, "eth_getBlockReceipts", header["number"])
+        assert [r["transactionHash"] for r in by_hash] == header["transactions"]
+        one = header["transactions"][len(header["transactions"]) // 2]
+        assert rpc(node, "eth_getTransactionReceipt", one)["transactionHash"] == one
+    assert rpc(node, "eth_getBlockByHash", "0x" + "11" * 32, False) is None
+    assert rpc(node, "eth_blockNumber") == hex(23_000_000)
+    assert rpc(node, "eth_getBlockByNumber", "finalized", False)["number"] == hex(23_000_000)
+    assert rpc(node, "eth_getBlockByNumber", hex(23_000_001), False) is None
+
+
+def test_the_same_block_is_the_same_bytes_and_no_transaction_repeats():
+    with MainnetNode(18_000_000, 18_000_099, templates=2) as a, MainnetNode(18_000_000, 18_000_099, templates=2) as b:
+        for n in (18_000_000, 18_000_057):
+            assert a.block(n, True) == b.block(n, True)
+            assert a.receipts(n) == b.receipts(n)
+        # With two templates, blocks share their shape; their transactions still differ.
+        hashes = [tx for n in range(18_000_000, 18_000_010) for tx in orjson.loads(a.block(n, False))["transactions"]]
+        assert len(set(hashes)) == len(hashes)
+
+
+def test_a_backfill_against_it_completes_and_verifies(db_url, conn, work):
+    first, last = 19_426_587 - 150, 19_426_587 + 149  # Shanghai into Cancun
+    with NodeProcess(first, last - first + 1, templates=8) as node:
+        planner.plan(conn, first, last + 1, 100)
+        pool = work(db_url, node.url, "--drain", "--workers", "2", INDEXER_VERIFY_ROOTS="true")
+        assert pool.wait(600) == 0, pool.output()[-3000:]
+    stored = conn.execute("SELECT count(*), sum(transaction_count), sum(log_count) FROM blocks").fetchone()
+    assert stored[0] == 300 and stored[1] > 300 * 80 and stored[2] > stored[1]
+    assert conn.execute("SELECT count(*) FROM withdrawals").fetchone()[0] == 300 * 16
+    checked = run_indexer("verify", "--from", str(first), "--to", str(last + 1), "--roots", db_url=db_url, timeout=600)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[0] == f"blocks {first:,}..{last:,}: all present, linked and complete"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--blocks", "0"], "mainnet_node: error: --blocks must be at least 1, not 0"),
+    (["--first", "-1"], "mainnet_node: error: --first must be 0 or more, not -1"),
+    (["--port", "70000"], "mainnet_node: error: --port must be 0..65535, not 70000"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(args, message):
+    done = subprocess.run([sys.executable, "-m", "indexer.testing.mainnet_node", *args], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (2, message + "\n", "")
