@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 JOB_KIND = "index_blocks"
+# Decodes the stored logs of a range (indexer/decode_logs.py); enqueued by the completion of the
+# `index_blocks` job of the same range (queue.py).
+DECODE_LOGS = "decode_logs"
 
 # Kinds whose payload is a block range; the database's constraint names the same kinds
-# (schema/007_block_range_payloads.sql): a new kind is added to both.
-RANGE_KINDS = frozenset({JOB_KIND})
+# (schema/007_block_range_payloads.sql, made again by 008_decoded_events.sql): a new kind is
+# added to both.
+RANGE_KINDS = frozenset({JOB_KIND, DECODE_LOGS})
 
 # The largest block number a job may name: one below PostgreSQL's bigint maximum, because
 # ranges are computed as int8range, whose half-open upper bound must itself fit in a bigint.

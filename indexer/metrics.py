@@ -31,8 +31,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import progress, queue
+from .block_range import RANGE_KINDS
 from .errors import IndexerError, first_line, redact
-from .states import Outcome, ReapOutcome
+from .states import JobStatus, Outcome, ReapOutcome
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,18 @@ class Counted:
         self.job_splits = Counter(
             "indexer_job_splits", "Running jobs split by an idle worker, which took the second half of"
             " their blocks left", registry=None)
+        # -- by the workers' decode jobs (decode_logs.py)
+        self.decode_seconds = Histogram(
+            "indexer_decode_window_seconds",
+            "Decoding one window of stored logs and its heartbeat (one transaction)", buckets=_SLOW, registry=None)
+        self.blocks_decoded = Counter("indexer_blocks_decoded", "Blocks whose stored logs were decoded", registry=None)
+        self.logs_decoded = Counter("indexer_logs_decoded",
+                                    "Logs decoded into token_transfers (a TransferBatch counts once)", registry=None)
+        self.token_transfers = Counter("indexer_token_transfers_decoded", "Rows written to token_transfers",
+                                       registry=None)
+        self.logs_skipped = Counter(
+            "indexer_logs_skipped", "Logs of a decoded event that could not be decoded (they never fail a job),"
+            " by reason", ["reason"], registry=None)
         # -- by the RPC client
         self.rpc_seconds = Histogram(
             "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)",
@@ -238,6 +251,13 @@ class DatabaseCollector(Collector):
         for status, n in counts.by_status().items():
             jobs.add_metric([status], n)
         yield jobs
+        kinds = GaugeMetricFamily("indexer_live_jobs_by_kind", "Jobs not yet archived, by kind and status",
+                                  labels=["kind", "status"])
+        live = dict.fromkeys(((kind, str(status)) for kind in sorted(RANGE_KINDS)
+                              for status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)), 0)
+        for (kind, status), n in (live | queue.counts_by_kind(conn)).items():
+            kinds.add_metric([kind, status], n)
+        yield kinds
         yield GaugeMetricFamily("indexer_oldest_pending_job_age_seconds",
                                 "How long the oldest claimable job has waited (0 when none waits)",
                                 value=counts.oldest_pending_age_seconds or 0)

@@ -24,7 +24,8 @@ from typing import Any, Iterable, Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .block_range import check_payload
+from .block_range import DECODE_LOGS, check_payload
+from .block_range import JOB_KIND as INDEX_BLOCKS
 from .states import JobStatus
 
 NOTIFY_CHANNEL = "indexer_jobs"
@@ -108,7 +109,8 @@ RETURNING id, (payload->>'from')::bigint, (payload->>'to')::bigint
 """
 
 # Delete from the hot table and archive in one statement: a job is never in both, or neither.
-# Takes arrays, so that one statement (one commit) finishes a whole batch of claims.
+# Takes arrays, so that one statement (one commit) finishes a whole batch of claims. A finished
+# `index_blocks` job enqueues the `decode_logs` job of its range in the same statement.
 _FINISH = f"""
 finished AS (
     DELETE FROM jobs AS j
@@ -120,6 +122,14 @@ finished AS (
     SELECT id, kind, payload, {_DONE}, attempts, locked_by, last_error, created_at, now()
     FROM finished
     RETURNING id
+), decode AS (
+    -- The article's transactional enqueue: a block range completed enqueues the decoding of its
+    -- logs in the same statement, so a range is never indexed and left undecoded (no NOTIFY:
+    -- the completing worker, or the next to look, claims it). Claims go by run_at: dated just
+    -- before the range's own job was made, it comes before the ranges planned with that job,
+    -- so a backfill decodes as it goes rather than after its last range.
+    INSERT INTO jobs (kind, payload, run_at)
+    SELECT '{DECODE_LOGS}', payload, created_at - interval '1 microsecond' FROM finished WHERE kind = '{INDEX_BLOCKS}'
 )"""
 
 COMPLETE = f"WITH {_FINISH} SELECT id FROM archived"
@@ -213,6 +223,9 @@ SELECT
     extract(epoch FROM now() - min(run_at) FILTER (WHERE status = {_PENDING} AND run_at <= now()))::float8
 FROM jobs
 """
+
+# Live jobs by kind and status (finished ones are counted by COUNTS, whatever their kind).
+COUNTS_BY_KIND = "SELECT kind, status, count(*) FROM jobs GROUP BY 1, 2"
 
 EXPIRED_LEASES = "SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - make_interval(secs => %(window)s)"
 
@@ -444,6 +457,11 @@ def waiting(conn: psycopg.Connection) -> Waiting:
 
 def counts(conn: psycopg.Connection) -> Counts:
     return Counts(*conn.execute(COUNTS).fetchone())
+
+
+def counts_by_kind(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
+    """Live jobs by (kind, status)."""
+    return {(kind, status): n for kind, status, n in conn.execute(COUNTS_BY_KIND)}
 
 
 def expired_leases(conn: psycopg.Connection, *, window_seconds: float = 3600.0) -> int:

@@ -79,7 +79,11 @@ DELETE_BLOCKS = "DELETE FROM blocks WHERE number = ANY(%(numbers)s)"
 DELETE_TRANSACTIONS = "DELETE FROM transactions WHERE block_number = ANY(%(numbers)s)"
 DELETE_LOGS = "DELETE FROM logs WHERE block_number = ANY(%(numbers)s)"
 DELETE_WITHDRAWALS = "DELETE FROM withdrawals WHERE block_number = ANY(%(numbers)s)"
-DELETES = (DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS)
+# Rows decoded from the logs deleted (schema/008_decoded_events.sql): the decode job that follows
+# the block's indexing writes them again. The tables of registered ABIs are rewritten by that
+# job alone (abi.decode_range replaces its whole range).
+DELETE_TOKEN_TRANSFERS = "DELETE FROM token_transfers WHERE block_number = ANY(%(numbers)s)"
+DELETES = (DELETE_TOKEN_TRANSFERS, DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS)
 
 
 @dataclass

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, endpoints, index_blocks, logs, metrics, queue, signals, store
+from . import db, decode_logs, endpoints, index_blocks, logs, metrics, queue, signals, store
+from .block_range import DECODE_LOGS
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
 from .claims import Ended, HeldClaims, LostClaim, Stopping, Unrunnable
@@ -59,6 +60,7 @@ class Runner:
 # A job's kind picks what runs it; a kind not here fails at once.
 RUNNERS: dict[str, Runner] = {
     INDEX_BLOCKS: Runner(index_blocks.run, index_blocks.ask_ahead),
+    DECODE_LOGS: Runner(decode_logs.run, decode_logs.ask_ahead),
 }
 
 # How each outcome is logged: level and message.

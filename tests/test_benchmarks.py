@@ -81,3 +81,14 @@ def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     breakdown = [r for r in table_rows(out, "mainnet") if len(r) == 4]
     assert len(breakdown) == 1 and all(float(x) > 0 for x in breakdown[0][1:])
     assert bench_databases() == before
+
+
+def test_bench_decode_decodes_every_transfer_and_compares_it_with_fetching():
+    before = bench_databases()
+    out = run_script("scripts/bench_decode.py", "--blocks", "4", "--txs", "3", "--logs-per-tx", "40")
+    # The script asserts every transfer decoded (40 logs a transaction: 32 transfers, 36 rows).
+    assert "480 logs in 6 blocks (384 transfers, written as 432 rows)" in out, out
+    rows = table_rows(out, "fetching") + table_rows(out, "copying") + table_rows(out, "decoding")
+    assert len(rows) == 4 and all(float(r[2].replace(",", "")) > 0 for r in rows), out
+    assert re.search(r"Decoding is [\d.]+x fetching by eth_getLogs", out), out
+    assert bench_databases() == before

@@ -7,7 +7,7 @@ import subprocess
 import psycopg
 import pytest
 
-from indexer import db, planner
+from indexer import db, planner, queue
 from indexer.testing.work import INDEXER
 
 from .conftest import run_indexer
@@ -132,3 +132,27 @@ def test_a_database_with_jobs_migrates_to_one_payload_format_in_place(blank_db_u
         # And no such job can be written any more.
         with pytest.raises(psycopg.errors.CheckViolation):
             c.execute("INSERT INTO jobs (kind, payload) VALUES ('index_blocks', '{\"from\": \"1\", \"to\": \"2\"}')")
+
+
+def test_a_database_with_jobs_migrates_to_decoded_events_in_place(blank_db_url):
+    migrate_up_to(blank_db_url, "008")
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        c.execute("INSERT INTO jobs (kind, payload) VALUES ('index_blocks', '{\"from\": 0, \"to\": 9}')")
+        # Before 008 no worker ran this kind, and nothing checked its payload.
+        c.execute("INSERT INTO jobs (kind, payload) VALUES ('decode_logs', '{\"from\": \"0\", \"to\": 9}')")
+
+    result = run_indexer("migrate", db_url=blank_db_url)
+    assert result.returncode == 0, result.stderr
+    assert "008_decoded_events" in result.stdout
+
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        assert c.execute("SELECT kind, payload FROM jobs").fetchall() == [("index_blocks", {"from": 0, "to": 9})]
+        (archived,) = c.execute("SELECT kind, status, last_error FROM jobs_history").fetchall()
+        assert archived[:2] == ("decode_logs", "failed") and archived[2].endswith("archived by migration 008")
+        assert c.execute("SELECT count(*) FROM token_transfers").fetchone() == (0,)
+        # Its completion enqueues the decoding of its range, which the constraint accepts.
+        (job,) = queue.claim(c, "w", lease_seconds=60)
+        assert queue.complete(c, job)
+        assert c.execute("SELECT kind, payload FROM jobs").fetchall() == [("decode_logs", {"from": 0, "to": 9})]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            c.execute("INSERT INTO jobs (kind, payload) VALUES ('decode_logs', '{\"from\": 5}')")

@@ -105,8 +105,10 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node, work):
             "indexer_blocks_indexed_total": conn.execute("SELECT count(*) FROM blocks").fetchone()[0],
             "indexer_transactions_indexed_total": conn.execute("SELECT count(*) FROM transactions").fetchone()[0],
             "indexer_logs_indexed_total": conn.execute("SELECT count(*) FROM logs").fetchone()[0],
-            'indexer_job_outcomes_total{outcome="done"}': 4,
-            'indexer_jobs{status="done"}': 4,
+            # Each of the 4 block ranges, then the decode job its completion enqueued.
+            'indexer_job_outcomes_total{outcome="done"}': 8,
+            'indexer_jobs{status="done"}': 8,
+            "indexer_blocks_decoded_total": head + 1,
             'indexer_jobs{status="pending"}': 0,
             "indexer_indexed_through_block": head,
             "indexer_blocks_remaining": 0,
@@ -114,7 +116,7 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node, work):
         }
         def caught_up() -> dict | None:
             samples = scrape(port)
-            return samples if samples.get('indexer_jobs{status="done"}') == 4 else None
+            return samples if samples.get('indexer_jobs{status="done"}') == 8 else None
 
         samples = wait_for(caught_up, "the database gauges to catch up")
         assert {k: samples.get(k) for k in expected} == expected
@@ -276,7 +278,9 @@ def test_monitor_serves_the_database_gauges_alone(db_url, conn):
                 return None
 
         samples = wait_for(served, "the monitor to serve")
-        assert samples['indexer_jobs{status="pending"}'] == 4 and samples['indexer_jobs{status="done"}'] == 1
+        # The completed block range enqueued its decode job.
+        assert samples['indexer_jobs{status="pending"}'] == 5 and samples['indexer_jobs{status="done"}'] == 1
+        assert samples['indexer_live_jobs_by_kind{kind="decode_logs",status="pending"}'] == 1
         assert samples["indexer_blocks_remaining"] == 40 and samples["indexer_indexed_through_block"] == 9
         assert samples["indexer_database_up"] == 1
         assert not any(k.startswith(("indexer_blocks_indexed", "indexer_rpc_")) for k in samples)

@@ -14,7 +14,8 @@ from .conftest import run_indexer
 
 
 def payloads(conn: psycopg.Connection) -> list[dict]:
-    return [row[0] for row in conn.execute("SELECT payload FROM jobs ORDER BY (payload->>'from')::bigint")]
+    return [row[0] for row in conn.execute(
+        "SELECT payload FROM jobs WHERE kind = 'index_blocks' ORDER BY (payload->>'from')::bigint")]
 
 
 def test_plan_makes_the_articles_200_jobs(db_url, conn):

@@ -14,8 +14,9 @@ from indexer.testing.node_compare import assert_matches_node
 from .test_queue import BACKOFF, LEASE, expire
 
 SELECT_RANGES = """
-SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs
-UNION ALL SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history
+SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs WHERE kind = 'index_blocks'
+UNION ALL
+SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history WHERE kind = 'index_blocks'
 ORDER BY 1
 """
 
@@ -85,7 +86,7 @@ def test_a_split_stands_when_the_holder_then_loses_its_claim(conn):
     queue.reap(conn, max_attempts=5, backoff_base=BACKOFF)
     assert queue.heartbeat(conn, job, lease_seconds=LEASE) is None  # the old claim is gone
     assert ranges(conn) == [(0, 499), (500, 999)]
-    statuses = conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall()
+    statuses = conn.execute("SELECT status, count(*) FROM jobs WHERE kind = 'index_blocks' GROUP BY 1").fetchall()
     assert statuses == [("pending", 2)]
 
 
@@ -96,7 +97,7 @@ def test_four_workers_share_one_job_and_index_every_block_once(db_url, conn, cha
         w = work(db_url, slow.url, "--workers", "4", "--drain", "--batch-size", "1", INDEXER_RPC_IN_FLIGHT="1")
         assert w.wait() == 0, w.output()
     done = conn.execute("SELECT (payload->>'from')::bigint, (payload->>'to')::bigint, locked_by FROM jobs_history"
-                        " WHERE status = 'done' ORDER BY 1").fetchall()
+                        " WHERE status = 'done' AND kind = 'index_blocks' ORDER BY 1").fetchall()
     assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
     # The parts cover the chain end to end, each block in exactly one of them...
     assert done[0][0] == 0 and done[-1][1] == head

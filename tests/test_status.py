@@ -30,7 +30,8 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     text = run_indexer("status", db_url=db_url)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert [line.split() for line in lines[:4]] == [["pending", "2"], ["running", "1"], ["done", "1"], ["failed", "1"]]
+    # Pending: two block ranges, and the decode job the completed one enqueued.
+    assert [line.split() for line in lines[:4]] == [["pending", "3"], ["running", "1"], ["done", "1"], ["failed", "1"]]
     assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
     # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
     assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
@@ -39,7 +40,7 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
 
     as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
-    assert as_json["jobs"] == {"pending": 2, "running": 1, "done": 1, "failed": 1}
+    assert as_json["jobs"] == {"pending": 3, "running": 1, "done": 1, "failed": 1}
     assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
     window = as_json["speed_window_seconds"]
     assert 1 <= window < 60
@@ -64,7 +65,8 @@ def test_status_watch_refreshes_until_stopped(db_url, conn):
         assert time.monotonic() < deadline
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
-    assert (first["jobs"]["pending"], latest["jobs"]["pending"], latest["indexed_blocks"]) == (2, 1, 10)
+    # The completed range's decode job is pending; it indexes no block.
+    assert (first["jobs"]["pending"], latest["jobs"]["pending"], latest["indexed_blocks"]) == (2, 2, 10)
 
 
 def test_status_watch_in_a_pipe_appends_one_stamped_record_per_refresh(db_url, conn):

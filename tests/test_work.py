@@ -26,7 +26,8 @@ def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_noth
     assert_matches_node(conn, chain_node.url, 0, head)
     assert conn.execute("SELECT count(*) FROM transactions").fetchone()[0] > 100
     assert conn.execute("SELECT count(*) FROM logs").fetchone()[0] > 50
-    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == len(cut(0, head + 1, 5))
+    # Each range, and the decode job its completion enqueued.
+    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 2 * len(cut(0, head + 1, 5))
     # Nothing went wrong, so every job ran once: one attempt each, no claim lost or given back.
     assert conn.execute("SELECT DISTINCT attempts FROM jobs_history").fetchall() == [(1,)]
     assert "lost claim" not in w.output() and "gave back" not in w.output(), w.output()
@@ -124,8 +125,9 @@ def test_a_range_beyond_the_head_is_deferred_then_finished(db_url, conn, work):
         assert deferred == ("pending", 0, 31)
         assert conn.execute("SELECT max(number) FROM blocks").fetchone()[0] == 30
         node.mine(25)
-        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 1, "the job to finish")
-        assert conn.execute("SELECT attempts FROM jobs_history").fetchone()[0] == 1
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history WHERE kind = 'index_blocks'").fetchone()[0] == 1,
+                 "the job to finish")
+        assert conn.execute("SELECT attempts FROM jobs_history WHERE kind = 'index_blocks'").fetchone()[0] == 1
         assert "past the safe head 30; deferred" in w.output()
         assert_matches_node(conn, node.url, 0, 49)
 
@@ -139,7 +141,8 @@ def test_a_drain_with_jobs_beyond_the_head_indexes_up_to_it_then_exits_3_saying_
         assert w.output().splitlines()[-1] == (
             "indexer work: drained up to the safe head 30; jobs for blocks 31..49 wait for the chain to grow")
         # Everything below the head is done; the jobs beyond it wait, no attempt spent.
-        assert conn.execute("SELECT count(*) FROM jobs_history WHERE status = 'done'").fetchone()[0] == 3
+        assert conn.execute("SELECT kind, count(*) FROM jobs_history WHERE status = 'done' GROUP BY 1 ORDER BY 1"
+                            ).fetchall() == [("decode_logs", 3), ("index_blocks", 3)]
         assert conn.execute("SELECT payload->>'from', status, attempts, cursor FROM jobs ORDER BY id").fetchall() == [
             ("30", "pending", 0, 31), ("40", "pending", 0, None)]
         assert_matches_node(conn, node.url, 0, 30)
@@ -248,7 +251,8 @@ def test_an_idle_worker_wakes_on_notify_not_on_its_poll(db_url, conn, chain_node
     ).fetchone()[0] == 1, "the worker to listen")
     planner.plan(conn, 0, 10, 10)
     # Well within the 120 s poll: only the NOTIFY of the plan can have woken it.
-    wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 1, "the job", timeout=30)
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobs_history WHERE kind = 'index_blocks'").fetchone()[0] == 1,
+             "the job", timeout=30)
     w.kill()
 
 

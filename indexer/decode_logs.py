@@ -1,0 +1,85 @@
+"""Runs one `decode_logs` claim: the stored logs of its blocks decoded, window by window, then
+its completion. It never talks to the node.
+
+The job is enqueued by the completion of the `index_blocks` job of the same range (queue.py),
+so its blocks are stored. Each window of blocks (about `WINDOW_LOGS` stored logs) is one
+transaction: the window's decoded rows are deleted and written again, token transfers
+(`token_transfers.decode_range`) then every registered ABI's events (`abi.decode_range`), and
+`queue.heartbeat` goes last, as in index_blocks.py: it extends the lease, moves the resume cursor
+past the window and checks the token, and a lost claim rolls the window back. Decoding is
+idempotent, so a job run again, or run after its blocks were indexed again, writes what a first
+run over the stored logs writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from . import abi, metrics, queue, token_transfers
+from .block_range import BlockRange
+from .claims import Ended, LostClaim, Stopping, Unrunnable
+from .index_blocks import LOST
+from .prefetch import Batches
+from .queue import Claim
+from .states import Outcome
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+# Stored logs per transaction: a window of a dense chain is a few seconds of work, well inside
+# a lease, and its rows are few enough to roll back cheaply.
+WINDOW_LOGS = 200_000
+
+# The last block of the window starting at `first`: the blocks up to `last` while the logs
+# before each stay under the target, and at least `first` itself. A range without stored blocks
+# (none may be missing once indexed, but verify --repair may have deleted some) is one window.
+WINDOW_END = """
+SELECT coalesce(max(number), %(last)s) FROM (
+    SELECT number, sum(log_count) OVER (ORDER BY number) - log_count AS before
+    FROM blocks WHERE number BETWEEN %(first)s AND %(last)s
+) b
+WHERE before < %(logs)s
+"""
+
+
+def window_end(conn: psycopg.Connection, first: int, last: int, logs: int = WINDOW_LOGS) -> int:
+    return conn.execute(WINDOW_END, {"first": first, "last": last, "logs": logs}).fetchone()[0]
+
+
+def ask_ahead(worker: Worker, job: Claim) -> Batches:
+    """Nothing to fetch: a decode job reads the database only."""
+    return Batches(job, 0, -1)
+
+
+def run(worker: Worker, job: Claim) -> Ended:
+    blocks = BlockRange.from_payload(job.payload)
+    if blocks is None:
+        raise Unrunnable(f"malformed job: kind {job.kind!r}, payload {job.payload!r}")
+    conn = worker.conn
+    cursor = max(blocks.first, job.cursor or blocks.first)
+    while cursor <= blocks.last:
+        if worker.stop.is_set():
+            raise Stopping()
+        with metrics.counted.decode_seconds.time(), conn.transaction():
+            last = window_end(conn, cursor, blocks.last)
+            transfers = token_transfers.decode_range(conn, cursor, last)
+            skipped = transfers.skipped + abi.decode_range(conn, cursor, last)
+            if not queue.heartbeat(conn, job, lease_seconds=worker.cfg.lease_seconds, cursor=last + 1):
+                raise LostClaim()
+        metrics.counted.blocks_decoded.inc(last - cursor + 1)
+        metrics.counted.logs_decoded.inc(transfers.logs)
+        metrics.counted.token_transfers.inc(transfers.transfers)
+        for reason, count in skipped.items():
+            metrics.counted.logs_skipped.labels(reason).inc(count)
+        cursor = last + 1
+
+    done = Ended(Outcome.DONE, f"decoded blocks {blocks.first}..{blocks.last}")
+    with metrics.counted.claim_seconds.time():
+        finished, claims = queue.complete_and_claim(
+            conn, [job], worker.name, lease_seconds=worker.cfg.lease_seconds,
+            limit=0 if worker.stop.is_set() else 1)
+    following = claims[0] if claims else None
+    return replace(done if job.id in finished else LOST, following=following)
