@@ -13,7 +13,7 @@ from typing import Callable, NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .block_range import MAX_END
 from .errors import IndexerError, Secrets, first_line, redact
 from .logs import configure as configure_logs
@@ -187,6 +187,35 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print one JSON object (one per refresh with --watch)")
     p.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until stopped")
+
+    p = commands.add_parser(
+        "abi",
+        help="decode any contract's events from the stored logs into a table per event",
+        description="Register a contract's ABI; each of its events gets a table, filled by decode_logs jobs from "
+        "the stored logs (never the node): for the blocks indexed so far when the ABI is added, then for each "
+        "range as it is indexed.",
+    )
+    actions = p.add_subparsers(dest="abi_command", required=True, metavar="ACTION")
+    a = actions.add_parser(
+        "add",
+        parents=[common],
+        help="register an ABI, create its event tables and plan the decoding of the blocks indexed so far",
+        description="Register the ABI in FILE (a JSON list of entries, or a compiler's or explorer's artifact with"
+        " an \"abi\" list) as NAME: each non-anonymous event gets a table abi_NAME_EVENT, and decode_logs jobs"
+        " are planned for every block indexed so far at or above --from-block, all in one transaction.",
+    )
+    a.add_argument("name", metavar="NAME", help="a lower-case letter, then up to 30 lower-case letters, digits or _")
+    a.add_argument("file", metavar="FILE", help="the ABI, as JSON")
+    a.add_argument("--address", dest="addresses", action="append", default=[], metavar="ADDRESS",
+                   help="decode only this contract's logs (repeat for several; default: any contract's)")
+    a.add_argument("--from-block", type=block_number, default=0, metavar="BLOCK",
+                   help="decode only logs of this block and above (default 0)")
+    a.add_argument("--chunk", type=chunk_size, metavar="BLOCKS",
+                   help="blocks per decode job (default 10000; INDEXER_CHUNK)")
+    actions.add_parser("list", parents=[common], help="the ABIs registered, their tables and rows decoded so far")
+    a = actions.add_parser("drop", parents=[common],
+                           help="drop an ABI's tables and its registration, in one transaction")
+    a.add_argument("name", metavar="NAME")
     return parser
 
 
@@ -265,6 +294,49 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_abi(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    args.command = f"abi {args.abi_command}"  # errors then name the action, as argparse's do
+    return ABI_COMMANDS[args.abi_command](cfg, args)
+
+
+def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    new = abi.registration(args.name, args.file, addresses=args.addresses, from_block=args.from_block)
+    with db.connect(cfg.database_url) as conn:
+        added = abi.add(conn, new, chunk=cfg.chunk)
+    print(f"registered ABI {args.name}: {len(added.tables)} event table(s)")
+    for event, table in added.tables:
+        print(f"  {event.signature} -> {table}")
+    for event in added.anonymous:
+        print(f"skipped anonymous {event.describe()}: it has no topic0 to find its logs by")
+    since = f" from block {args.from_block:,}" if args.from_block else ""
+    print(f"planned {added.jobs:,} decode job(s) ({added.blocks:,} blocks) for the blocks indexed so far{since};"
+          " blocks indexed later are decoded as they are")
+    return 0
+
+
+def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        listed = abi.listing(conn)
+    if not listed:
+        print("no ABI is registered")
+    for entry in listed:
+        where = ", ".join("0x" + a.hex() for a in entry.addresses) if entry.addresses else "any address"
+        print(f"{entry.name}: {where}, from block {entry.from_block:,}, {len(entry.tables)} event table(s)")
+        for signature, table, rows in entry.tables:
+            print(f"  {signature} -> {table}: {rows:,} row(s)")
+    return 0
+
+
+def cmd_abi_drop(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    with db.connect(cfg.database_url) as conn:
+        tables = abi.drop(conn, args.name)
+    print(f"dropped ABI {args.name} and its {len(tables)} table(s)")
+    return 0
+
+
+ABI_COMMANDS = {"add": cmd_abi_add, "list": cmd_abi_list, "drop": cmd_abi_drop}
+
+
 COMMANDS = {
     "migrate": cmd_migrate,
     "plan": cmd_plan,
@@ -275,6 +347,7 @@ COMMANDS = {
     "reap": cmd_reap,
     "retry": cmd_retry,
     "status": cmd_status,
+    "abi": cmd_abi,
 }
 
 # CLI flags that override a setting of the same name.
