@@ -267,11 +267,14 @@ def main() -> None:
                     help="height of the first mainnet-shaped block: its era sets the shape (default 18000000)")
     ap.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     ap.add_argument("--repeat", type=int, default=1, help="runs per chain; the run of median ratio is reported")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="blocks per job (default: a twentieth of the chain, 100 to 10,000); a chunk as long as the"
+                    " chain plans one job, which the workers share only by splitting it")
     ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
-    for name in ("sparse", "dense", "dense_txs", "mainnet", "mainnet_era", "repeat"):
+    for name in ("sparse", "dense", "dense_txs", "mainnet", "mainnet_era", "repeat", "chunk"):
         if getattr(args, name) < 0 or (name == "repeat" and args.repeat < 1):
             ap.error(f"--{name.replace('_', '-')} must be {'at least 1' if name == 'repeat' else '0 or more'}")
     workers = [int(w) for w in args.workers.split(",")]
@@ -306,7 +309,7 @@ def main() -> None:
                 for n in workers:
                     cores = Cores(node.proc.pid)
                     rate, rss = indexer_run(args.database_url, node.url, first, head, n,
-                                            f"bench_{os.getpid()}_{kind}_{n}", cores)
+                                            f"bench_{os.getpid()}_{kind}_{n}", cores, chunk=args.chunk or None)
                     with Cores(node.proc.pid) as after_cores:
                         after = raw_ceiling(node.url, first, head)
                     # The machine's speed drifts: each run is held against the ceilings measured
