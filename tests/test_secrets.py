@@ -124,7 +124,9 @@ def test_metrics_listen_on_the_configured_host_and_say_so(db_url, chain_node, wo
     w = work(db_url, chain_node.url, **env)
     shown = f"http://{host or '127.0.0.1'}:{port}/metrics"
     wait_for(lambda: f"serving /metrics on {shown}" in w.output(), "the metrics address in the log")
-    assert reachable("127.0.0.1", port)
+    # A scrape while the first workers start may be refused or fail once (CI saw it, once):
+    # what matters is that the address serves, as Prometheus' next scrape would find.
+    wait_for(lambda: reachable("127.0.0.1", port), f"a scrape of http://127.0.0.1:{port}/metrics", timeout=15)
     # 127.0.0.2 is this machine too, but not the loopback address a 127.0.0.1 listener takes.
     assert reachable("127.0.0.2", port) == from_other_address
 
