@@ -27,14 +27,9 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer.testing.anvil import EMITTER_INIT, Anvil
+from indexer.testing.anvil import Anvil, build_dense
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
-
-# anvil assigns nonces to the calls of one JSON-RPC batch concurrently: past about a hundred
-# sends from its ten accounts in one batch, two get the same nonce ("replacement transaction
-# underpriced"). A block's transactions go in batches of this many.
-SENDS_PER_BATCH = 100
 
 WRITTEN_BATCHES = "SELECT count(*), sum(transaction_count) FROM blocks GROUP BY xmin::text"
 
@@ -42,22 +37,7 @@ WRITTEN_BATCHES = "SELECT count(*), sum(transaction_count) FROM blocks GROUP BY 
 def build(node: Anvil, empty: int, dense: int, txs: int) -> None:
     for start in range(0, empty, 1000):  # anvil mines about a thousand empty blocks a second
         node.mine(min(1000, empty - start))
-    accounts = node.rpc("eth_accounts")
-    node.rpc("eth_sendTransaction", {"from": accounts[0], "data": EMITTER_INIT, "gas": hex(200_000)})
-    node.rpc("evm_mine")
-    emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
-    for b in range(dense):
-        for start in range(0, txs, SENDS_PER_BATCH):
-            calls = []
-            for i in range(start, min(txs, start + SENDS_PER_BATCH)):
-                tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
-                if i % 2:
-                    tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
-                else:
-                    tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
-                calls.append(("eth_sendTransaction", [tx]))
-            node.batch(calls)
-        node.rpc("evm_mine")
+    build_dense(node, dense, txs)
 
 
 def main() -> None:

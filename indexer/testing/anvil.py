@@ -116,6 +116,12 @@ class Anvil(Node):
         self.stop()
 
 
+# anvil assigns nonces to the calls of one JSON-RPC batch concurrently: past about a hundred
+# sends from its ten accounts in one batch, two get the same nonce ("replacement transaction
+# underpriced"). A block's transactions go in batches of this many.
+SENDS_PER_BATCH = 100
+
+
 def build_dense(node: Node, blocks: int, txs: int) -> None:
     """The benchmarks' dense chain: `blocks` blocks of `txs` transactions, every other one a call
     of a contract that emits two logs, the others plain transfers (on a node started with
@@ -125,15 +131,16 @@ def build_dense(node: Node, blocks: int, txs: int) -> None:
     node.rpc("evm_mine")
     emitter = node.rpc("eth_getBlockReceipts", "latest")[0]["contractAddress"]
     for b in range(blocks):
-        calls = []
-        for i in range(txs):
-            tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
-            if i % 2:
-                tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
-            else:
-                tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
-            calls.append(("eth_sendTransaction", [tx]))
-        node.batch(calls)
+        for start in range(0, txs, SENDS_PER_BATCH):
+            calls = []
+            for i in range(start, min(txs, start + SENDS_PER_BATCH)):
+                tx = {"from": accounts[i % len(accounts)], "gas": hex(100_000)}
+                if i % 2:
+                    tx |= {"to": accounts[(i + b) % len(accounts)], "value": hex(i + 1)}
+                else:
+                    tx |= {"to": emitter, "data": "0x" + f"{b:064x}{i:064x}"}
+                calls.append(("eth_sendTransaction", [tx]))
+            node.batch(calls)
         node.rpc("evm_mine")
 
 
