@@ -1,5 +1,5 @@
-"""An HTTP server on a free loopback port, serving from a thread of its own: the body the fault
-proxy and the replay node share. Each POST's body goes to `handle(request, body)`, which answers
+"""An HTTP server on a loopback port (a free one unless given), serving from a thread of its own:
+the body the fault proxy, the replay node and the mainnet-shaped node share. Each POST's body goes to `handle(request, body)`, which answers
 with `send`."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    def __init__(self, handle: Handle) -> None:
+    def __init__(self, handle: Handle, *, port: int = 0) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -32,7 +32,7 @@ class LoopbackServer:
             def do_POST(self) -> None:
                 handle(self, self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

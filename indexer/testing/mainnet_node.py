@@ -68,13 +68,14 @@ import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, NoReturn
 
 import orjson
 
 from .. import roots
 from . import fixtures
+from .loopback import LoopbackServer
 
 CHAIN_ID = 1
 MERGE = 15_537_394
@@ -385,14 +386,13 @@ def _calldata(rng: random.Random, size: int) -> bytes:
 
 class MainnetNode:
     """Blocks `first..last` (eth_blockNumber is `last`, and so are "latest", "finalized" and
-    "safe"), served on `host:port` (port 0: a free one) from a thread of its own. Methods:
+    "safe"), served on loopback at `port` (0: a free one) from a thread of its own. Methods:
     eth_chainId, net_version, eth_blockNumber, eth_getBlockByNumber and eth_getBlockByHash (full
     or hashes only), eth_getBlockReceipts (by hash, number, tag or EIP-1898 object),
     eth_getTransactionReceipt (of a block served recently). A block outside the range is null;
     another method is go-ethereum's -32601."""
 
-    def __init__(self, first: int, last: int, *, templates: int = 64, host: str = "127.0.0.1", port: int = 0,
-                 cache_blocks: int = 4096) -> None:
+    def __init__(self, first: int, last: int, *, templates: int = 64, port: int = 0, cache_blocks: int = 4096) -> None:
         if first < 0 or last < first:
             raise ValueError(f"blocks {first}..{last}: the range is empty or negative")
         if templates < 1:
@@ -403,34 +403,23 @@ class MainnetNode:
         self._computed: OrderedDict[int, tuple[bytes, bytes, bytes]] = OrderedDict()  # block -> `_hashes`
         self.cache_blocks: int | None = cache_blocks  # None: every block kept (`precompute`)
         self.lock = threading.Lock()
-        node = self
+        self.loopback = LoopbackServer(self._serve, port=port)
+        self.url = self.loopback.url
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                answers = node.answers(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(sum(len(p) for answer in answers for p in answer)))
-                    self.end_headers()
-                    for answer in answers:  # an answer at a time: no copy of the whole batch
-                        self.wfile.write(b"".join(answer))
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (its timeout)
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://{host}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _serve(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
+        answers = self.answers(body)
+        try:
+            request.send_response(200)
+            request.send_header("Content-Type", "application/json")
+            request.send_header("Content-Length", str(sum(len(p) for answer in answers for p in answer)))
+            request.end_headers()
+            for answer in answers:  # an answer at a time: no copy of the whole batch
+                request.wfile.write(b"".join(answer))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.close()
 
     def __enter__(self) -> "MainnetNode":
         return self
