@@ -155,8 +155,10 @@ def run(worker: Worker, job: Claim) -> Ended:
         if worker.stop.is_set():
             raise Stopping()
         while True:
+            if rows.last > end:
+                rows = rows.up_to(end)
             try:
-                now_ends_at = _write(worker, job, rows.up_to(end) if rows.last > end else rows)
+                now_ends_at = _write(worker, job, rows)
                 break
             except _Split as split:
                 end = split.end
@@ -165,8 +167,6 @@ def run(worker: Worker, job: Claim) -> Ended:
         if end < batches.last:
             log.debug("job %d was split: it now ends at block %d", job.id, end)
             batches.shrink(end)
-        if rows.last > end:
-            rows = rows.up_to(end)
         worker.endpoint_rates.maybe_record(worker.conn)  # at most every INDEXER_RPC_STATUS_SECONDS
         cursor = rows.last + 1
         written = rows.last - rows.first + 1
