@@ -161,24 +161,24 @@ WITHDRAWAL_CHECKED: dict[str, str] = {}
 # The COPY columns, in line order (the tables' own order differs: COPY names its columns). Each
 # line is checked in two parts: first the short fields (hex, decimal, timestamps, NULL) all at
 # once (`_checked`), then, each on its own, the long byte strings (a transaction's input, a log's
-# data: `_data`, which also refuses an odd number of digits), the lists of hashes (`_hashes`)
-# and the jsonb (escaped for COPY by `_json`).
+# data: `_data`, which also refuses an odd number of digits; the logs blooms: `_bloom`), the
+# lists of hashes (`_hashes`) and the jsonb (escaped for COPY by `_json`).
 BLOCK_COLUMNS = (
     "number", "hash", "parent_hash", "timestamp", "miner", "gas_used", "gas_limit",
     "base_fee_per_gas", "transaction_count", "log_count", "size", "extra_data",
     "state_root", "transactions_root", "receipts_root",
-    "nonce", "mix_hash", "sha3_uncles", "logs_bloom", "difficulty", "total_difficulty",
+    "nonce", "mix_hash", "sha3_uncles", "difficulty", "total_difficulty",
     "withdrawals_root", "withdrawal_count", "blob_gas_used", "excess_blob_gas",
     "parent_beacon_block_root", "requests_hash",
-    "uncles", "extra",
+    "logs_bloom", "uncles", "extra",
 )
 TRANSACTION_COLUMNS = (
     "block_number", "transaction_index", "hash", "from_address", "to_address", "value", "gas",
     "gas_price", "max_fee_per_gas", "max_priority_fee_per_gas", "nonce", "type",
     "status", "gas_used", "cumulative_gas_used", "effective_gas_price", "contract_address",
     "chain_id", "v", "r", "s", "y_parity", "max_fee_per_blob_gas",
-    "root", "logs_bloom", "blob_gas_used", "blob_gas_price",
-    "input", "blob_versioned_hashes", "access_list", "authorization_list", "extra", "receipt_extra",
+    "root", "blob_gas_used", "blob_gas_price",
+    "logs_bloom", "input", "blob_versioned_hashes", "access_list", "authorization_list", "extra", "receipt_extra",
 )
 LOG_COLUMNS = (
     "block_number", "log_index", "transaction_index", "transaction_hash", "address",
@@ -190,8 +190,8 @@ WITHDRAWAL_COLUMNS = (
     "extra",
 )
 # The tabs in the part of a line `_checked` checks: the columns before those checked on their own.
-_BLOCK_TABS = BLOCK_COLUMNS.index("uncles") - 1
-_TRANSACTION_TABS = TRANSACTION_COLUMNS.index("input") - 1
+_BLOCK_TABS = BLOCK_COLUMNS.index("logs_bloom") - 1
+_TRANSACTION_TABS = TRANSACTION_COLUMNS.index("logs_bloom") - 1
 _LOG_TABS = LOG_COLUMNS.index("data") - 1
 _WITHDRAWAL_TABS = WITHDRAWAL_COLUMNS.index("extra") - 1
 
@@ -257,6 +257,21 @@ def _data(value: str, number: int) -> str:
     except ValueError:
         pass
     raise ChainDataError(f"block {number}: a field is not hex data: {value[:40]!r}")
+
+
+_ZERO_BLOOM = "0x" + "0" * 512
+_ZERO_BLOOM_FIELD = "\\\\x" + "0" * 512
+
+
+def _bloom(value: str | None, number: int) -> str:
+    """A logs bloom (256 bytes) as bytea, checked on its own: its 512 digits in a line's head
+    cost more to check there than all the other short fields. Required: every header and every
+    receipt has one, and NULL in logs_bloom marks a row stored before migration 005."""
+    if value == _ZERO_BLOOM:  # a block or receipt without logs, compared at once
+        return _ZERO_BLOOM_FIELD
+    if value is None:
+        raise ValueError("logsBloom is null")
+    return _data(value, number)
 
 
 def _timestamp(value: str) -> str:
@@ -326,14 +341,6 @@ def _disagree(number: int, what: str, key: str, value: Any, stored: str) -> Chai
     return ChainDataError(f"block {number}: {what}'s {key} {str(value)[:80]!r} disagrees with {stored}")
 
 
-def _required(value: str | None, key: str) -> str:
-    """A key every answer has: null would store NULL, which in logs_bloom means "stored before
-    migration 005"."""
-    if value is None:
-        raise ValueError(f"{key} is null")
-    return value
-
-
 def _checked(line: str, tabs: int, number: int) -> str:
     try:
         # Every backslash must be one we wrote: the `\\x` of a bytea or the `\N` of a NULL. A
@@ -356,15 +363,13 @@ def block_line(block: dict[str, Any], number: int, transaction_count: int, log_c
         _q(get("baseFeePerGas")), str(transaction_count), str(log_count), _q(get("size")),
         _b(block["extraData"]), _b(block["stateRoot"]), _b(block["transactionsRoot"]),
         _b(block["receiptsRoot"]),
-        # logsBloom is required (every header has one): a NULL logs_bloom marks a block stored
-        # before these columns existed (schema/005_every_field.sql).
-        _b(get("nonce")), _b(get("mixHash")), _b(get("sha3Uncles")), _b(_required(block["logsBloom"], "logsBloom")),
-        _q(get("difficulty")), _q(get("totalDifficulty")),
+        _b(get("nonce")), _b(get("mixHash")), _b(get("sha3Uncles")), _q(get("difficulty")), _q(get("totalDifficulty")),
         _b(get("withdrawalsRoot")), NULL if withdrawals is None else str(len(withdrawals)),
         _q(get("blobGasUsed")), _q(get("excessBlobGas")),
         _b(get("parentBeaconBlockRoot")), _b(get("requestsHash")),
     )), _BLOCK_TABS, number)
-    return f"{line}\t{_hashes(get('uncles'), number)}\t{_extra(block, _BLOCK_KNOWN)}"
+    return "\t".join((line, _bloom(block["logsBloom"], number), _hashes(get("uncles"), number),
+                      _extra(block, _BLOCK_KNOWN)))
 
 
 def transaction_line(tx: dict[str, Any], receipt: dict[str, Any], block: dict[str, Any],
@@ -396,12 +401,12 @@ def transaction_line(tx: dict[str, Any], receipt: dict[str, Any], block: dict[st
         _b(receipt_get("contractAddress")),
         _q(get("chainId")), _q(get("v")), _q(get("r")), _q(get("s")), _q(get("yParity")),
         _q(get("maxFeePerBlobGas")),
-        # logsBloom is required (every receipt has one): NULL marks a row stored before 005.
-        _b(receipt_get("root")), _b(_required(receipt["logsBloom"], "logsBloom")), _q(receipt_get("blobGasUsed")),
+        _b(receipt_get("root")), _q(receipt_get("blobGasUsed")),
         _q(receipt_get("blobGasPrice")),
     )), _TRANSACTION_TABS, number)
     return "\t".join((
-        line, _data(tx["input"], number), _hashes(get("blobVersionedHashes"), number),
+        line, _bloom(receipt["logsBloom"], number), _data(tx["input"], number),
+        _hashes(get("blobVersionedHashes"), number),
         _json(get("accessList")), _json(get("authorizationList")),
         NULL if _TRANSACTION_KNOWN.issuperset(tx) else _extra(tx, _TRANSACTION_KNOWN),
         NULL if _RECEIPT_KNOWN.issuperset(receipt) else _extra(receipt, _RECEIPT_KNOWN),
