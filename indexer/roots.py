@@ -421,15 +421,17 @@ class Receipt(NamedTuple):
     outcome: int | bytes
     cumulative_gas_used: int
     logs: Sequence[Log]
-    deposit_nonce: int | None = None  # OP-stack deposit receipts since Regolith
-    deposit_receipt_version: int | None = None  # and since Canyon
+    deposit_nonce: int | None = None  # OP-stack deposit receipts since Regolith (encoded since Canyon)
+    deposit_receipt_version: int | None = None  # since Canyon
 
 
 def encode_receipt(receipt: Receipt) -> bytes:
     """A receipt as the receipts trie holds it: rlp([outcome, cumulativeGasUsed, logsBloom,
     logs]) behind its type byte (none for type 0), each log rlp([address, topics, data]), the
-    bloom recomputed from the logs. OP-stack deposit receipts append depositNonce and
-    depositReceiptVersion when they have them."""
+    bloom recomputed from the logs. OP-stack deposit receipts since Canyon (those with a
+    depositReceiptVersion) append depositNonce and depositReceiptVersion; from Regolith to Canyon
+    nodes send the nonce, but the receipts root left it out (op-geth's encoding, which reth
+    matches by stripping it)."""
     kind, outcome, cumulative_gas_used, logs, deposit_nonce, deposit_receipt_version = receipt
     parts = [
         rlp_string(outcome) if isinstance(outcome, bytes) else rlp_int(outcome),
@@ -438,10 +440,9 @@ def encode_receipt(receipt: Receipt) -> bytes:
         rlp_list(b"".join([rlp_list(rlp_string(address) + _rlp_strings(topics) + rlp_string(data))
                            for address, topics, data in logs])),
     ]
-    if deposit_nonce is not None:
+    if deposit_receipt_version is not None and deposit_nonce is not None:
         parts.append(rlp_int(deposit_nonce))
-        if deposit_receipt_version is not None:
-            parts.append(rlp_int(deposit_receipt_version))
+        parts.append(rlp_int(deposit_receipt_version))
     body = rlp_list(b"".join(parts))
     return body if kind == 0 else _BYTE[kind] + body
 
@@ -734,13 +735,10 @@ def encode_receipt_json(receipt: dict[str, Any], tx_type: int = 0, cache: dict[s
     head = bytes.fromhex((("a0" + outcome[2:]) if len(outcome) == 66 else _quantity_hex(outcome))
                          + _quantity_hex(receipt["cumulativeGasUsed"]))
     tail = ""
-    if kind == 0x7E:
-        nonce = receipt.get("depositNonce")
-        if nonce is not None:
-            tail = _quantity_hex(nonce)
-            version = receipt.get("depositReceiptVersion")
-            if version is not None:
-                tail += _quantity_hex(version)
+    if kind == 0x7E:  # as in encode_receipt: the nonce only with a version (since Canyon)
+        nonce, version = receipt.get("depositNonce"), receipt.get("depositReceiptVersion")
+        if nonce is not None and version is not None:
+            tail = _quantity_hex(nonce) + _quantity_hex(version)
     logs = receipt["logs"]
     if not logs:
         body = head + _EMPTY_BLOOM_AND_LOGS + bytes.fromhex(tail) if tail else head + _EMPTY_BLOOM_AND_LOGS
@@ -849,14 +847,12 @@ def _fields_reason(what: str, unknown: list[str]) -> str:
 
 def _explain_transactions(number: int, txs: list[dict[str, Any]], encoded: list[bytes]) -> str:
     """The transactions root differs. A reason if a transaction that does not hash to its own
-    `hash` is of a kind whose encoding may be wrong here (an OP-stack deposit, which no recorded
-    block has tested yet, or one with fields not encoded here); RootMismatch otherwise
-    (transactions missing, added or reordered, or a field changed)."""
+    `hash` has fields not encoded here; RootMismatch otherwise (transactions missing, added or
+    reordered, or a field changed). OP-stack deposits are no exception: their encoding is
+    proven on recorded blocks of OP Goerli, Base Goerli and OP Sepolia (tests/fixtures)."""
     for tx, enc in zip(txs, encoded):
         if "0x" + keccak(enc).hex() == str(tx.get("hash", "")).lower():
             continue
-        if transaction_type(tx) == 0x7E:
-            return "L2 deposit transaction"
         unknown = _unknown_keys([tx], TRANSACTION_KEYS)
         if unknown:
             return _fields_reason("transactions", unknown)
@@ -882,8 +878,6 @@ def _explain_receipts(number: int, block: dict[str, Any], receipts: list[dict[st
     """The receipts root differs. A reason if the receipts hold what this module cannot encode
     for sure; RootMismatch otherwise."""
     txs = block["transactions"]
-    if any(r.get("type", txs[i].get("type") if i < len(txs) else None) == "0x7e" for i, r in enumerate(receipts)):
-        return "receipts of type 0x7e carry fields this check does not encode"
     if _maybe_pre_byzantium(number, block, chain_id) and any(r.get("root") is None for r in receipts):
         return "pre-Byzantium receipts without their state root"
     unknown = _unknown_keys(txs, TRANSACTION_KEYS)
@@ -907,8 +901,8 @@ def check_block(block: dict[str, Any], receipts: list[dict[str, Any]], *, chain_
     adds the endpoint): a root differs, or a receipt's logsBloom is not the bloom of its logs.
     A short reason, stable enough to count blocks by: the block cannot be checked (a
     transaction of a type not encoded here, a system transaction, or a root that differs where
-    the answers carry fields not encoded here: a chain's own transaction fields, OP-stack
-    deposit receipts, pre-Byzantium receipts sent without their state root). Such a block is
+    the answers carry fields not encoded here: a chain's own transaction fields, pre-Byzantium
+    receipts sent without their state root). Such a block is
     never reported as a mismatch. `chain_id` narrows which blocks may predate Byzantium (see
     BYZANTIUM); without it, those below mainnet's.
 

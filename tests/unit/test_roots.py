@@ -25,7 +25,8 @@ from indexer.testing import fixtures
 NAMES = fixtures.names()
 # Blocks proven whole; every mainnet block must be. Any other recorded block must be proven or
 # given a reason, never raise.
-PROVEN_OTHERS = {"arbitrum-sepolia-185232421", "execution-apis-20", "execution-apis-45"}
+PROVEN_OTHERS = {"arbitrum-sepolia-185232421", "execution-apis-20", "execution-apis-45",
+                 "optimism-goerli-5003318", "base-goerli-1041847", "optimism-sepolia-4089330"}
 
 
 def expected_proven(name: str) -> bool:
@@ -59,7 +60,7 @@ def ref_tx(t: dict[str, Any]) -> bytes:
     to = hb(t["to"]) if t.get("to") else b""
     al = [[hb(a["address"]), [hb(s) for s in a["storageKeys"]]] for a in t.get("accessList") or []]
     data = hb(t["input"])
-    y = q(t["yParity"]) if "yParity" in t else None
+    y = q(t["yParity"]) if "yParity" in t else q(t["v"]) if t.get("v") else None  # older nodes: v, no yParity
     if typ == 0:
         return rlp.encode([q(t["nonce"]), q(t["gasPrice"]), q(t["gas"]), to, q(t["value"]), data, q(t["v"]),
                            q(t["r"]), q(t["s"])])
@@ -68,6 +69,9 @@ def ref_tx(t: dict[str, Any]) -> bytes:
                                      q(t["value"]), data, al, y, q(t["r"]), q(t["s"])])
     if typ == 0x6A:
         return b"\x6a" + rlp.encode([q(t["chainId"]), data])
+    if typ == 0x7E:  # op-geth's DepositTx: no signature; isSystemTx false (or absent) is 0
+        return b"\x7e" + rlp.encode([hb(t["sourceHash"]), hb(t["from"]), to, q(t.get("mint") or "0x0"),
+                                     q(t["value"]), q(t["gas"]), 1 if t.get("isSystemTx") else 0, data])
     fees = [q(t["chainId"]), q(t["nonce"]), q(t["maxPriorityFeePerGas"]), q(t["maxFeePerGas"]), q(t["gas"]), to,
             q(t["value"]), data, al]
     if typ == 2:
@@ -96,8 +100,11 @@ def ref_bloom(logs: list[dict[str, Any]]) -> bytes:
 def ref_receipt(r: dict[str, Any], tx_type: int) -> bytes:
     logs = [[hb(e["address"]), [hb(t) for t in e["topics"]], hb(e["data"])] for e in r["logs"]]
     first = q(r["status"]) if r.get("status") is not None else hb(r["root"])
-    body = rlp.encode([first, q(r["cumulativeGasUsed"]), ref_bloom(r["logs"]), logs])
+    fields = [first, q(r["cumulativeGasUsed"]), ref_bloom(r["logs"]), logs]
     typ = q(r["type"]) if "type" in r else tx_type
+    if typ == 0x7E and r.get("depositReceiptVersion") is not None:  # OP stack since Canyon
+        fields += [q(r["depositNonce"]), q(r["depositReceiptVersion"])]
+    body = rlp.encode(fields)
     return body if typ == 0 else bytes([typ]) + body
 
 
@@ -177,9 +184,12 @@ def test_the_recorded_blocks_cover_the_eras() -> None:
         withdrawals += len(block.get("withdrawals") or ())
         creation += sum(1 for t in block["transactions"] if t.get("to") is None)
         pre_eip155 += sum(1 for t in block["transactions"] if roots.transaction_type(t) == 0 and q(t["v"]) in (27, 28))
-    assert {0, 1, 2, 3, 4, 0x6A} <= seen_types
+    assert {0, 1, 2, 3, 4, 0x6A, 0x7E} <= seen_types
     assert pre_byzantium and withdrawals and creation and pre_eip155
     assert "mainnet-18000000" in NAMES and "arbitrum-sepolia-185232421" in NAMES
+    # OP-stack deposit receipts before Regolith (no nonce) and since Canyon (nonce and version).
+    deposits = [r for name in NAMES if expected_proven(name) for r in load(name)[1] if r.get("type") == "0x7e"]
+    assert any("depositNonce" not in r for r in deposits) and any("depositReceiptVersion" in r for r in deposits)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -258,6 +268,7 @@ TX_FIELDS = {
     4: ("chainId", "nonce", "maxPriorityFeePerGas", "maxFeePerGas", "gas", "to", "value", "input", "yParity", "r",
         "s"),
     0x6A: ("chainId", "input"),
+    0x7E: ("sourceHash", "from", "to", "mint", "value", "gas", "input"),
 }
 
 
@@ -317,7 +328,9 @@ def mutations(name: str) -> list[Mutation]:
         out.append(("two transactions swapped", swap_txs, "transactions"))
 
     for i, receipt in enumerate(receipts):
-        for field in ("status", "cumulativeGasUsed", "root", "type"):
+        # A deposit receipt's nonce and version are in the root since Canyon, when it has both.
+        committed = ("depositNonce", "depositReceiptVersion") if receipt.get("depositReceiptVersion") else ()
+        for field in ("status", "cumulativeGasUsed", "root", "type", *committed):
             if receipt.get(field) is None:
                 continue
 
@@ -619,6 +632,10 @@ def test_deposit_and_arbitrum_encodings() -> None:
                "depositReceiptVersion": "0x1"}
     assert roots.encode_receipt_json(receipt)[0] == roots.encode_receipt(roots.receipt_from_json(receipt)) \
         == b"\x7e" + rlp.encode([1, 16, bytes(256), [], 9, 1])
+    # From Regolith to Canyon nodes sent the nonce, but the receipts root did not hold it.
+    del receipt["depositReceiptVersion"]
+    assert roots.encode_receipt_json(receipt)[0] == roots.encode_receipt(roots.receipt_from_json(receipt)) \
+        == b"\x7e" + rlp.encode([1, 16, bytes(256), []])
     assert roots.arbitrum_internal_transaction(421614, b"\xab") == b"\x6a" + rlp.encode([421614, b"\xab"])
 
 
@@ -678,8 +695,9 @@ def test_op_stack_withdrawals_root_is_not_a_list_root() -> None:
     block["withdrawalsRoot"] = "0x" + "ab" * 32
     assert block["withdrawals"] == []
     assert check_block(block, receipts) is None
-    receipts[0]["cumulativeGasUsed"] = "0xb48b"  # deposit receipts: uncheckable rather than wrong
-    assert check_block(block, receipts) == "receipts of type 0x7e carry fields this check does not encode"
+    receipts[0]["cumulativeGasUsed"] = "0xb48b"  # a deposit receipt is proven like any other
+    with pytest.raises(RootMismatch, match="receipts root mismatch at block 20"):
+        check_block(block, receipts)
     block, receipts = load("execution-apis-20")  # no deposit: the same withdrawalsRoot is a mismatch
     block["withdrawalsRoot"] = "0x" + "ab" * 32
     with pytest.raises(RootMismatch, match="^withdrawals root mismatch at block 20$"):
