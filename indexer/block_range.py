@@ -18,11 +18,14 @@ JOB_KIND = "index_blocks"
 # Decodes the stored logs of a range (indexer/decode_logs.py); enqueued by the completion of the
 # `index_blocks` job of the same range (queue.py).
 DECODE_LOGS = "decode_logs"
+# Builds the query indexes of one partition of the chain tables, whose range it names
+# (indexer/partitions.py); enqueued once nothing is left to write into the partition.
+INDEX_PARTITION = "index_partition"
 
 # Kinds whose payload is a block range; the database's constraint names the same kinds
-# (schema/007_block_range_payloads.sql, made again by 008_decoded_events.sql): a new kind is
-# added to both.
-RANGE_KINDS = frozenset({JOB_KIND, DECODE_LOGS})
+# (schema/007_block_range_payloads.sql, made again by 008_decoded_events.sql and
+# 011_partitioned_chain_tables.sql): a new kind is added to both.
+RANGE_KINDS = frozenset({JOB_KIND, DECODE_LOGS, INDEX_PARTITION})
 
 # The largest block number a job may name: one below PostgreSQL's bigint maximum, because
 # ranges are computed as int8range, whose half-open upper bound must itself fit in a bigint.

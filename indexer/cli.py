@@ -228,7 +228,9 @@ def cmd_migrate(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
-        result = planner.plan(conn, args.start, args.end, cfg.chunk)
+        db.check_schema(conn)  # a database migrated by an older version lacks the partitions' function
+        result = planner.plan(conn, args.start, args.end, cfg.chunk, partition_blocks=cfg.partition_blocks,
+                              index_now=cfg.query_indexes == "during")
     print(
         f"planned {result.jobs_added:,} jobs ({result.blocks_added:,} blocks) for blocks "
         f"{args.start:,}..{args.end - 1:,}; {result.blocks_already_planned:,} blocks were already planned"

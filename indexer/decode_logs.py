@@ -22,7 +22,6 @@ from . import abi, metrics, queue, token_transfers
 from .block_range import BlockRange
 from .claims import Ended, LostClaim, Stopping, Unrunnable
 from .index_blocks import LOST
-from .prefetch import Batches
 from .queue import Claim
 from .states import Outcome
 
@@ -47,11 +46,6 @@ WHERE before < %(logs)s
 
 def window_end(conn: psycopg.Connection, first: int, last: int, logs: int = WINDOW_LOGS) -> int:
     return conn.execute(WINDOW_END, {"first": first, "last": last, "logs": logs}).fetchone()[0]
-
-
-def ask_ahead(worker: Worker, job: Claim) -> Batches:
-    """Nothing to fetch: a decode job reads the database only."""
-    return Batches(job, 0, -1)
 
 
 def run(worker: Worker, job: Claim) -> Ended:

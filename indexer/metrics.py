@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import progress, queue
+from . import partitions, progress, queue
 from .block_range import RANGE_KINDS
 from .errors import IndexerError, first_line, redact
 from .states import JobStatus, Outcome, ReapOutcome
@@ -94,6 +94,12 @@ class Counted:
         self.logs_skipped = Counter(
             "indexer_logs_skipped", "Logs of a decoded event that could not be decoded (they never fail a job),"
             " by reason", ["reason"], registry=None)
+        # -- by the workers' index jobs (partitions.py)
+        self.index_build_seconds = Histogram(
+            "indexer_partition_index_build_seconds", "Building one query index of a partition of the chain tables"
+            " (CREATE INDEX CONCURRENTLY)", buckets=_SLOW, registry=None)
+        self.partitions_indexed = Counter("indexer_partitions_indexed",
+                                          "Partitions of the chain tables whose query indexes were built", registry=None)
         # -- by the RPC client
         self.rpc_seconds = Histogram(
             "indexer_rpc_request_duration_seconds", "One HTTP request to a node (a JSON-RPC batch)",
@@ -186,7 +192,8 @@ SELECT coalesce(p.relname, s.relname) AS table_name,
 FROM pg_stat_user_tables s
 LEFT JOIN pg_inherits i ON i.inhrelid = s.relid
 LEFT JOIN pg_class p ON p.oid = i.inhparent
-WHERE coalesce(p.relname, s.relname) IN ('jobs', 'jobs_history', 'blocks', 'transactions', 'logs')
+WHERE coalesce(p.relname, s.relname) IN ('jobs', 'jobs_history', 'blocks', 'transactions', 'logs', 'withdrawals',
+                                         'token_transfers')
 GROUP BY 1
 """
 
@@ -269,6 +276,13 @@ class DatabaseCollector(Collector):
                                 value=done.remaining_blocks)
         yield GaugeMetricFamily("indexer_indexed_through_block",
                                 "Every planned block up to this one is indexed", value=done.indexed_through)
+        states = GaugeMetricFamily("indexer_chain_partitions", "Partitions of the chain tables by state: filling (jobs"
+                                   " still write into it), indexing (its query indexes are being built), indexed",
+                                   labels=["state"])
+        held = [p.state for p in partitions.partitions(conn)]
+        for state in partitions.STATES:
+            states.add_metric([state], held.count(state))
+        yield states
 
         live = GaugeMetricFamily("indexer_pg_table_live_tuples", "pg_stat_user_tables.n_live_tup", labels=["table"])
         dead = GaugeMetricFamily("indexer_pg_table_dead_tuples", "pg_stat_user_tables.n_dead_tup", labels=["table"])

@@ -6,7 +6,9 @@ that no job covers yet, in `jobs` (any status) or in `jobs_history`: re-running 
 nothing, and widening it adds only the new blocks.
 
 The jobs are made by the database, in one statement, so a plan's memory does not grow with its
-size; one plan makes at most `MAX_JOBS` of them.
+size; one plan makes at most `MAX_JOBS` of them. The partitions of the chain tables that the range
+lacks are made first, in the same transaction (`partitions.ensure`), so that no worker writes a
+block without a partition to hold it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import queue
+from . import partitions, queue
 from .block_range import JOB_KIND, MAX_END
 from .errors import IndexerError
-from .settings import MAX_CHUNK
+from .settings import DEFAULT_PARTITION_BLOCKS, MAX_CHUNK
 
 # The most jobs one plan makes: a million rows insert in seconds and leave the queue's claim
 # index small. A backfill bigger than that is planned in parts, or with a bigger --chunk.
@@ -75,9 +77,12 @@ class PlanResult:
     blocks_already_planned: int
 
 
-def plan(conn: psycopg.Connection, start: int, end: int, chunk: int, *, max_jobs: int = MAX_JOBS) -> PlanResult:
-    """Plans [start, end) in one transaction with at most one NOTIFY. PlanTooLarge, and nothing
-    written, if that would make more than `max_jobs` jobs."""
+def plan(conn: psycopg.Connection, start: int, end: int, chunk: int, *, partition_blocks: int = DEFAULT_PARTITION_BLOCKS,
+         index_now: bool = False, max_jobs: int = MAX_JOBS) -> PlanResult:
+    """Plans [start, end) in one transaction with at most one NOTIFY, after making the partitions
+    it lacks, on the grid of `partition_blocks` (with their query indexes if `index_now`).
+    PlanTooLarge, and nothing written, if that would make more than `max_jobs` jobs or meet more
+    than `partitions.MAX_PARTITIONS` grid cells."""
     if not 0 <= start < end <= MAX_END:
         raise ValueError(f"need 0 <= start < end <= {MAX_END}, got [{start}, {end})")
     if not 0 < chunk <= MAX_CHUNK:
@@ -91,6 +96,13 @@ def plan(conn: psycopg.Connection, start: int, end: int, chunk: int, *, max_jobs
                 f"blocks {start:,}..{end - 1:,} in chunks of {chunk:,} would make {jobs:,} new jobs; one plan"
                 f" makes at most {max_jobs:,}: plan the range in parts (--from/--to), or raise --chunk"
                 f" (up to {MAX_CHUNK:,})")
+        if (cells := partitions.cells(start, end - 1, partition_blocks)) > partitions.MAX_PARTITIONS:
+            raise PlanTooLarge(
+                f"blocks {start:,}..{end - 1:,} meet {cells:,} partitions of {partition_blocks:,} blocks; one plan"
+                f" makes at most {partitions.MAX_PARTITIONS:,}: plan the range in parts (--from/--to), or raise"
+                " INDEXER_PARTITION_BLOCKS")
+        # In the same transaction as the jobs: no worker sees a job before its partitions exist.
+        partitions.ensure(conn, start, end - 1, size=partition_blocks, index_now=index_now)
         if jobs:
             queue.notify(conn)
     return PlanResult(jobs, blocks, (end - start) - blocks)

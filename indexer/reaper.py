@@ -1,4 +1,5 @@
-"""The reaper: takes back expired leases and keeps history partitions made ahead.
+"""The reaper: takes back expired leases, keeps history partitions made ahead, and enqueues the
+index jobs of the chain tables' partitions that nothing is left to write into.
 
 Runs inside every `indexer work` pool on a timer and as `indexer reap`; any number may run at
 once, since the statements it uses skip rows another reaper has locked.
@@ -11,7 +12,7 @@ import threading
 
 import psycopg
 
-from . import db, metrics, queue, signals
+from . import db, metrics, partitions, queue, signals
 from .settings import Settings
 from .states import JobStatus, ReapOutcome
 
@@ -27,6 +28,8 @@ def reap_once(conn: psycopg.Connection, cfg: Settings) -> list[queue.Reaped]:
         metrics.counted.reaped.labels(ReapOutcome.FAILED if failed else ReapOutcome.RETRY).inc()
         outcome = "out of attempts: failed" if failed else f"retry in {r.backoff_seconds:.0f} s"
         log.warning("reaped job %d: lease expired; %s", r.id, outcome)
+    for first in partitions.enqueue_index_jobs(conn):
+        log.info("the partition from block %d is complete: its query indexes are to be built", first)
     return reaped
 
 

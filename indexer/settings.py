@@ -18,6 +18,10 @@ from .urls import parse_urls
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
 # tail of a backfill wait on a single worker.
 MAX_CHUNK = 1_000_000
+# Partitions of the chain tables: by default about 2 months of mainnet's blocks (a few hundred
+# million logs today); at most a few billion rows of logs on mainnet already.
+DEFAULT_PARTITION_BLOCKS = 1_000_000
+MAX_PARTITION_BLOCKS = 1_000_000_000
 # The most worker processes one `indexer work` runs: more than the cores of any one machine; a
 # bigger deployment runs several pools on one database.
 MAX_WORKERS = 256
@@ -41,6 +45,12 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     chunk: int = Field(10_000, gt=0, le=MAX_CHUNK, description="blocks per job made by `indexer plan` (1 to 1,000,000)")
+    partition_blocks: int = Field(
+        DEFAULT_PARTITION_BLOCKS, gt=0, le=MAX_PARTITION_BLOCKS,
+        description="blocks per partition of the chain tables, for the partitions `indexer plan` makes (1 to 1,000,000,000)")
+    query_indexes: Literal["after", "during"] = Field(
+        "after", description="when the query indexes of a partition are built: after its blocks are all in (one sort each),"
+        " or during the backfill (made with the empty partition, kept up to date row by row)")
     lease_seconds: float = Field(
         60.0, gt=0, le=MAX_SECONDS, description="how long a claim holds a job without a heartbeat (more than 0, at most 3600 s)"
     )

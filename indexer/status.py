@@ -12,7 +12,8 @@ from typing import Any, TextIO
 
 import psycopg
 
-from . import endpoints, progress, queue
+from . import endpoints, partitions, progress, queue
+from .partitions import Partition
 from .progress import Progress
 
 # On a terminal, --watch redraws in place: cursor home, clear to the end of the screen.
@@ -27,6 +28,7 @@ class Status:
     expired_leases_last_hour: int
     failed: list[queue.FailedJob]
     endpoints: tuple[endpoints.EndpointRate, ...] = ()  # RPC endpoints the workers used in the last minute
+    partitions: tuple[Partition, ...] = ()  # of the chain tables
 
 
 def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
@@ -37,6 +39,7 @@ def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
         expired_leases_last_hour=queue.expired_leases(conn, window_seconds=3600),
         failed=queue.failed_jobs(conn, limit=failed_limit),
         endpoints=tuple(endpoints.summary(conn)),
+        partitions=tuple(partitions.partitions(conn)),
     )
 
 
@@ -63,6 +66,11 @@ def as_json(st: Status) -> dict[str, Any]:
              "unlimited_workers": e.unlimited_workers, "unsupported": e.unsupported}
             for e in st.endpoints
         ],
+        "partitions": [
+            {"first_block": p.first, "last_block": p.last, "state": p.state,
+             "indexed_at": None if p.indexed_at is None else p.indexed_at.isoformat(timespec="seconds")}
+            for p in st.partitions
+        ],
     }
 
 
@@ -86,6 +94,10 @@ def render(st: Status) -> str:
                      f"ETA {duration(p.eta_seconds)}")
     else:
         lines.append("blocks   nothing planned yet: run `indexer plan --from A --to B`")
+    if st.partitions:
+        lines.append(f"partitions {len(st.partitions):,} of the chain tables: " + ", ".join(
+            _partitions_in(state, [p for p in st.partitions if p.state == state]) for state in partitions.STATES
+            if any(p.state == state for p in st.partitions)))
     age = st.counts.oldest_pending_age_seconds
     lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
     lines.append(f"expired leases in the last hour: {st.expired_leases_last_hour}")
@@ -96,6 +108,15 @@ def render(st: Status) -> str:
     for f in st.failed:
         lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
     return "\n".join(lines)
+
+
+def _partitions_in(state: str, those: list[Partition], shown: int = 3) -> str:
+    """"2 indexed", or "1 filling (blocks 21,000,000..21,999,999)": where they are, unless indexed."""
+    if state == partitions.INDEXED:
+        return f"{len(those):,} {state}"
+    ranges = ", ".join(f"{p.first:,}..{p.last:,}" for p in those[:shown])
+    more = f" and {len(those) - shown:,} more" if len(those) > shown else ""
+    return f"{len(those):,} {state} (blocks {ranges}{more})"
 
 
 def show(conn: psycopg.Connection, *, as_json_lines: bool, watch: float | None, stop: threading.Event,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, decode_logs, endpoints, index_blocks, logs, metrics, queue, signals, store
-from .block_range import DECODE_LOGS
+from . import db, decode_logs, endpoints, index_blocks, logs, metrics, partitions, queue, signals, store
+from .block_range import DECODE_LOGS, INDEX_PARTITION
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
 from .claims import Ended, HeldClaims, LostClaim, Stopping, Unrunnable
@@ -54,13 +54,15 @@ EXIT_WAITING_FOR_CHAIN = 3
 @dataclass(frozen=True)
 class Runner:
     run: Callable[[Worker, Claim], Ended]  # runs the claim to its end
-    ask_ahead: Callable[[Worker, Claim], Batches]  # what to fetch of it once it is claimed ahead
+    # What to fetch of it once it is claimed ahead; None: nothing, it reads the database only.
+    ask_ahead: Callable[[Worker, Claim], Batches] | None = None
 
 
 # A job's kind picks what runs it; a kind not here fails at once.
 RUNNERS: dict[str, Runner] = {
     INDEX_BLOCKS: Runner(index_blocks.run, index_blocks.ask_ahead),
-    DECODE_LOGS: Runner(decode_logs.run, decode_logs.ask_ahead),
+    DECODE_LOGS: Runner(decode_logs.run),
+    INDEX_PARTITION: Runner(partitions.run),
 }
 
 # How each outcome is logged: level and message.
@@ -147,6 +149,8 @@ class Worker:
                 if job is not None:
                     job = self.run_claim(job)
                 elif self.drain and not queue.has_unfinished_jobs(self.conn):
+                    if partitions.enqueue_index_jobs(self.conn):  # what the reaper would enqueue next
+                        continue
                     queue.notify(self.conn)  # the other draining workers look again now
                     break
                 elif self.drain and self._waits_for_the_chain():
@@ -216,7 +220,7 @@ class Worker:
             return None
         self.held.add(job)
         runner = RUNNERS.get(job.kind)
-        return runner.ask_ahead(self, job) if runner else Batches(job, 0, -1)
+        return runner.ask_ahead(self, job) if runner and runner.ask_ahead else Batches(job, 0, -1)
 
     def _give_back_held(self) -> None:
         """After a reconnect or on shutdown: return the jobs we still hold, no attempt spent."""

@@ -47,7 +47,7 @@ import psycopg
 import requests
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, store
+from indexer import chain, db, partitions, store
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.mainnet_node import NodeProcess, block_hash
@@ -229,6 +229,7 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
     url = fresh_database(admin_url, name)
     with db.connect(url) as conn:
         db.migrate(conn)
+        partitions.ensure(conn, first_block, head)  # as `indexer plan` does
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
     spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:

@@ -50,7 +50,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, roots, store
+from indexer import chain, db, partitions, roots, store
 from indexer.prefetch import batch_blocks
 from indexer.rpc import RpcClient
 from indexer.testing import fixtures
@@ -149,13 +149,15 @@ def check_ms_pycryptodome(args: argparse.Namespace, dense_path: Path) -> dict[st
 # --- the rest of a worker's CPU -------------------------------------------------------------------
 
 
-def fresh_database(admin_url: str, name: str) -> str:
+def fresh_database(admin_url: str, name: str, first: int, last: int) -> str:
+    """A migrated database with the partitions of blocks first..last, as a plan makes them."""
     with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         c.execute(f'CREATE DATABASE "{name}"')
     url = make_conninfo(admin_url, dbname=name)
     with db.connect(url) as conn:
         db.migrate(conn)
+        partitions.ensure(conn, first, last)
     return url
 
 
@@ -169,7 +171,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
         spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
         conn = None
         if database_url:
-            url = fresh_database(database_url, f"bench_roots_{os.getpid()}")
+            url = fresh_database(database_url, f"bench_roots_{os.getpid()}", first, last)
             conn = psycopg.connect(url, autocommit=True, options=db.worker_session_options(300))
             store.prepare(conn)
         n = first
@@ -207,7 +209,7 @@ def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float
     }
     if database_url:
         rows = chain.decode(number, [recorded["block"]], {number: recorded["receipts"]})
-        url = fresh_database(database_url, f"bench_roots_{os.getpid()}")
+        url = fresh_database(database_url, f"bench_roots_{os.getpid()}", number, number)
         with psycopg.connect(url, autocommit=True, options=db.worker_session_options(300)) as conn:
             store.prepare(conn)
 

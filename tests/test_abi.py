@@ -17,7 +17,7 @@ from hexbytes import HexBytes
 from psycopg.rows import dict_row
 from web3.logs import DISCARD
 
-from indexer import abi, chain, planner, queue, store
+from indexer import abi, chain, partitions, planner, queue, store
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil
 from indexer.testing.contracts import compile, deploy
@@ -127,6 +127,7 @@ def abi_file(tmp_path: Path, everything: Chain) -> Path:
 
 def store_chain(conn: psycopg.Connection, node: Anvil, head: int) -> None:
     rows = chain.fetch(RpcClient([node.url]), 0, head)
+    partitions.ensure(conn, 0, head)
     store.prepare(conn)
     with conn.transaction():
         store.write(conn, rows)

@@ -10,7 +10,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from indexer import planner, queue
-from indexer.block_range import DECODE_LOGS, JOB_KIND, check_payload
+from indexer.block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND, check_payload
 from indexer.testing.faultproxy import FaultProxy
 
 from .conftest import run_indexer
@@ -69,10 +69,12 @@ def test_work_drains_both_kinds_and_status_counts_blocks_of_block_ranges_only(db
 
     ranges = -(-(head + 1) // 10)
     assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    # Then the one partition, with nothing left to write into it, got its query indexes.
     assert conn.execute("SELECT kind, count(*) FROM jobs_history WHERE status = 'done' GROUP BY 1 ORDER BY 1"
-                        ).fetchall() == [(DECODE_LOGS, ranges), (JOB_KIND, ranges)]
+                        ).fetchall() == [(DECODE_LOGS, ranges), (JOB_KIND, ranges), (INDEX_PARTITION, 1)]
     status = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
-    assert status["jobs"]["done"] == 2 * ranges
+    assert status["jobs"]["done"] == 2 * ranges + 1
+    assert [p["state"] for p in status["partitions"]] == ["indexed"]
     assert (status["planned_blocks"], status["indexed_blocks"], status["remaining_blocks"]) == (head + 1, head + 1, 0)
 
 

@@ -7,7 +7,7 @@ import subprocess
 import psycopg
 import pytest
 
-from indexer import db, planner, queue
+from indexer import db, partitions, planner, queue
 from indexer.testing.work import INDEXER
 
 from .conftest import run_indexer
@@ -78,6 +78,7 @@ def test_work_refuses_a_database_behind_this_version_until_it_is_migrated(db_url
     # As if the database were last migrated by the previous release.
     conn.execute("DELETE FROM schema_migrations WHERE version = '004_history_months_ahead'")
     conn.execute("INSERT INTO jobs (kind, payload) VALUES ('index_blocks', '{\"from\": 0, \"to\": 3}')")
+    partitions.ensure(conn, 0, 3)  # as that release's plan (or migration 011, for its live jobs) made them
     env = {"INDEXER_RPC_URL": chain_node.url, "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0"}
     refused = run_indexer("work", "--drain", "--workers", "1", db_url=db_url, env=env)
     assert refused.returncode == 1

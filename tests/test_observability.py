@@ -105,9 +105,13 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node, work):
             "indexer_blocks_indexed_total": conn.execute("SELECT count(*) FROM blocks").fetchone()[0],
             "indexer_transactions_indexed_total": conn.execute("SELECT count(*) FROM transactions").fetchone()[0],
             "indexer_logs_indexed_total": conn.execute("SELECT count(*) FROM logs").fetchone()[0],
-            # Each of the 4 block ranges, then the decode job its completion enqueued.
-            'indexer_job_outcomes_total{outcome="done"}': 8,
-            'indexer_jobs{status="done"}': 8,
+            # Each of the 4 block ranges, then the decode job its completion enqueued, then the
+            # job that built the query indexes of the one partition.
+            'indexer_job_outcomes_total{outcome="done"}': 9,
+            'indexer_jobs{status="done"}': 9,
+            "indexer_partitions_indexed_total": 1,
+            'indexer_chain_partitions{state="indexed"}': 1,
+            'indexer_chain_partitions{state="filling"}': 0,
             "indexer_blocks_decoded_total": head + 1,
             'indexer_jobs{status="pending"}': 0,
             "indexer_indexed_through_block": head,
@@ -116,7 +120,7 @@ def test_metrics_count_what_the_database_holds(db_url, conn, chain_node, work):
         }
         def caught_up() -> dict | None:
             samples = scrape(port)
-            return samples if samples.get('indexer_jobs{status="done"}') == 8 else None
+            return samples if samples.get('indexer_jobs{status="done"}') == 9 else None
 
         samples = wait_for(caught_up, "the database gauges to catch up")
         assert {k: samples.get(k) for k in expected} == expected

@@ -35,9 +35,11 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
     # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
     assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
-    assert lines[6].startswith("oldest pending job waiting: ") and lines[6].endswith(" s")
-    assert lines[7] == "expired leases in the last hour: 1"
-    assert lines[8] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
+    # Jobs still write into the one partition the plan made: its query indexes wait.
+    assert lines[6] == "partitions 1 of the chain tables: 1 filling (blocks 0..999,999)"
+    assert lines[7].startswith("oldest pending job waiting: ") and lines[7].endswith(" s")
+    assert lines[8] == "expired leases in the last hour: 1"
+    assert lines[9] == f'failed job {failed.id} {{"to": 19, "from": 10}} after 1 attempt(s): bad block'
 
     as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
     assert as_json["jobs"] == {"pending": 3, "running": 1, "done": 1, "failed": 1}

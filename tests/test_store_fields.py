@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from indexer import db, store, verify
+from indexer import db, partitions, store, verify
 from indexer.chain import decode
 from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
 from indexer.testing.fixtures import load, names
@@ -30,9 +30,12 @@ def number_of(recorded: dict[str, Any]) -> int:
     return int(recorded["block"]["number"], 16)
 
 
-def write(conn: psycopg.Connection, recorded: dict[str, Any]) -> None:
-    """One block as a batch of its own, in a transaction, as a worker writes it."""
+def write(conn: psycopg.Connection, recorded: dict[str, Any], *, partitioned: bool = True) -> None:
+    """One block as a batch of its own, in a transaction, as a worker writes it (its partition
+    made first, as a plan would have, unless the schema predates partitions)."""
     number = number_of(recorded)
+    if partitioned:
+        partitions.ensure(conn, number, number)
     rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
     with conn.transaction():
         store.write(conn, rows)
@@ -191,6 +194,7 @@ def test_a_database_of_migration_004_migrates_in_place_and_keeps_its_rows(blank_
     every = db.migration_files()
     assert "005_every_field" in [p.stem for p in every]
     monkeypatch.setattr(db, "migration_files", lambda: [p for p in every if p.stem < "005"])
+    before_partitions = [p for p in every if p.stem < "011"]  # 011 makes the tables partitioned: its own test
     old = ["mainnet-47218", "mainnet-1755635", "mainnet-18000000"]
     with db.connect(blank_db_url) as conn:
         db.migrate(conn)
@@ -203,7 +207,7 @@ def test_a_database_of_migration_004_migrates_in_place_and_keeps_its_rows(blank_
                   for t, cols in (("blocks", BLOCK_COLUMNS_004), ("transactions", TRANSACTION_COLUMNS_004),
                                   ("logs", LOG_COLUMNS_004))]
 
-        monkeypatch.setattr(db, "migration_files", lambda: every)
+        monkeypatch.setattr(db, "migration_files", lambda: before_partitions)
         applied = db.migrate(conn)
         assert applied[0] == "005_every_field"
 
@@ -226,8 +230,8 @@ def test_a_database_of_migration_004_migrates_in_place_and_keeps_its_rows(blank_
         # The indexer writes on: a new block with every field; a block stored before 005 is left
         # alone by a re-run (same hash), still marked by its NULL logs_bloom.
         store.prepare(conn)
-        write(conn, load("mainnet-0"))
-        write(conn, load("mainnet-18000000"))
+        write(conn, load("mainnet-0"), partitioned=False)
+        write(conn, load("mainnet-18000000"), partitioned=False)
         assert_stored(conn, load("mainnet-0"))
         assert [r[0] for r in conn.execute("SELECT number FROM blocks WHERE logs_bloom IS NULL ORDER BY number")] == \
             [int(load(name)["block"]["number"], 16) for name in old]

@@ -14,7 +14,7 @@ import pytest
 from web3 import Web3
 from web3.logs import DISCARD
 
-from indexer import chain, planner, store, token_transfers
+from indexer import chain, partitions, planner, store, token_transfers
 from indexer.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil
@@ -169,6 +169,7 @@ def store_recorded(conn: psycopg.Connection, name: str) -> int:
     with ReplayNode([name]) as node:
         rows = chain.fetch(RpcClient([node.url], max_attempts=1), node.head, node.head, verify_roots=True)
         number = node.head
+    partitions.ensure(conn, number, number)
     with conn.transaction():
         store.write(conn, rows)
     return number
@@ -204,6 +205,7 @@ def test_recorded_logs_of_non_standard_tokens_decode_as_far_as_their_data_allows
     Transfer with only its sender indexed, which no standard describes."""
     logs = json.loads((FIXTURES / "logs" / "nonstandard-transfer-logs.json").read_text())
     for log in logs:
+        partitions.ensure(conn, int(log["blockNumber"], 16), int(log["blockNumber"], 16))
         topics = [bytes.fromhex(t[2:]) for t in log["topics"]] + [None] * (4 - len(log["topics"]))
         conn.execute("INSERT INTO logs (block_number, log_index, transaction_index, transaction_hash, address,"
                      " topic0, topic1, topic2, topic3, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",

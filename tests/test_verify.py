@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from indexer import planner, verify
+from indexer import partitions, planner, verify
 from indexer.block_range import cut
 from indexer.testing.node_compare import assert_matches_node
 
@@ -39,6 +39,8 @@ def test_verify_finds_gaps_broken_links_and_wrong_counts_and_repair_fixes_them(d
 
 def insert_linked_blocks(conn, numbers: list[int]) -> None:
     """Bare block rows, each linking to the one below it by hash, with no transactions."""
+    for n in numbers:
+        partitions.ensure(conn, n, n)
     conn.execute(
         "INSERT INTO blocks (number, hash, parent_hash, timestamp, miner, gas_used, gas_limit, transaction_count,"
         " log_count, extra_data, state_root, transactions_root, receipts_root)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from indexer import store, stored_roots
+from indexer import partitions, store, stored_roots
 from indexer.chain import decode
 from indexer.testing import fixtures
 
@@ -21,6 +21,7 @@ N = 18_000_000
 def write(conn: psycopg.Connection, name: str) -> int:
     recorded = fixtures.load(name)
     number = int(recorded["block"]["number"], 16)
+    partitions.ensure(conn, number, number)
     store.prepare(conn)
     with conn.transaction():
         store.write(conn, decode(number, [recorded["block"]], {number: recorded["receipts"]}))

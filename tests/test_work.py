@@ -26,8 +26,8 @@ def test_backfill_with_four_workers_matches_the_node_and_reindexing_changes_noth
     assert_matches_node(conn, chain_node.url, 0, head)
     assert conn.execute("SELECT count(*) FROM transactions").fetchone()[0] > 100
     assert conn.execute("SELECT count(*) FROM logs").fetchone()[0] > 50
-    # Each range, and the decode job its completion enqueued.
-    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 2 * len(cut(0, head + 1, 5))
+    # Each range, the decode job its completion enqueued, and the job that indexed the partition.
+    assert conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0] == 2 * len(cut(0, head + 1, 5)) + 1
     # Nothing went wrong, so every job ran once: one attempt each, no claim lost or given back.
     assert conn.execute("SELECT DISTINCT attempts FROM jobs_history").fetchall() == [(1,)]
     assert "lost claim" not in w.output() and "gave back" not in w.output(), w.output()
