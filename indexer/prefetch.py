@@ -7,6 +7,12 @@ would put more than `batch_transactions` transactions in it. The estimate keeps 
 a chain whose density holds; what bounds memory when it changes is the fetch: it stops at the
 block that brings the batch to `batch_transactions` (`chain.fetch_json`), and the rest of the
 batch's blocks are asked for again, in order, before the batches that follow (`Batches.hand_back`).
+
+At most `in_flight` batches are fetched at once, and on a dense chain fewer: about
+`TRANSACTIONS_AHEAD` batches' worth of transactions (`Prefetcher.limit`). A batch of 1,000 of
+mainnet's transactions is about 10 MB of JSON, several times that once parsed, so four of them
+in flight held a worker at about 210 MB; two keep the writer as busy, against a node that answers
+as fast as the worker writes (BENCHMARKS.md, "Worker memory").
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from .queue import Claim
 # Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`:
 # small enough to be safe on any chain, and the pipeline is full from the first request.
 PROBE_FRACTION = 10
+# Batches' worth of transactions (`batch_transactions` each) fetched ahead at most.
+TRANSACTIONS_AHEAD = 2
 
 
 def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:
@@ -120,7 +128,7 @@ class Prefetcher:
         finds no job, it is asked again at each batch (a claim that finds nothing is cheap)."""
         try:
             while True:
-                room = self.in_flight - batches.in_flight()
+                room = self.limit() - batches.in_flight()
                 room -= batches.ask(room, self._size(), self._submit)
                 if batches.all_asked() and room > 0:
                     if self.ahead is None and not self.stop.is_set():
@@ -134,7 +142,7 @@ class Prefetcher:
                 density = len(rows.transactions) / (rows.last - rows.first + 1)
                 self.density = density if self.density is None else (self.density + density) / 2
                 if rows.last < min(asked_last, batches.last):
-                    batches.hand_back(rows.last + 1, min(asked_last, batches.last), self.in_flight - batches.in_flight(),
+                    batches.hand_back(rows.last + 1, min(asked_last, batches.last), self.limit() - batches.in_flight(),
                                       self._size(), self._submit)
                 yield rows
         finally:
@@ -157,6 +165,17 @@ class Prefetcher:
     def shutdown(self) -> None:
         self.drop_ahead()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def limit(self) -> int:
+        """Batches to have in flight: `in_flight`, or fewer where the density seen so far would put
+        more than `TRANSACTIONS_AHEAD` batches' worth of transactions in them (at least one), as
+        many as that while the density is not known yet (a probe's blocks may be dense)."""
+        if self.density is None:
+            return min(self.in_flight, TRANSACTIONS_AHEAD)
+        if not self.density:
+            return self.in_flight
+        per_batch = self.density * self._size()
+        return max(1, min(self.in_flight, int(TRANSACTIONS_AHEAD * self.batch_transactions / per_batch)))
 
     def _size(self) -> int:
         return batch_blocks(self.density, self.batch_size, self.batch_transactions)

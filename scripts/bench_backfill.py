@@ -47,13 +47,14 @@ import psycopg
 import requests
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, partitions, store
+from indexer import chain, db, partitions, store, token_transfers
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.mainnet_node import NodeProcess, block_hash
 from indexer.testing.processes import descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
+from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -256,6 +257,93 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
     return {step: 1000 * t / blocks for step, t in spent.items()}
 
 
+# -- the database's own limit: the same rows, pre-encoded, copied by a loader that does nothing else --
+
+_ENCODED: list[dict[str, list[str]]] = []  # one batch a dict, table -> COPY lines; forked into the loaders
+
+
+def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
+                batch_transactions: int = 1000) -> list[dict[str, list[str]]]:
+    """Every row `indexer work` writes for blocks first..head, as COPY lines in the worker's
+    batches: the chain tables' rows as `chain.decode` makes them, and the token transfers the
+    decode jobs make of them (decoded here in a scratch database, then copied out as text)."""
+    name = f"bench_{os.getpid()}_encode"
+    url = fresh_database(admin_url, name)
+    with db.connect(url) as conn:
+        db.migrate(conn)
+        partitions.ensure(conn, first_block, head)
+    client = RpcClient([rpc_url], timeout=120, max_attempts=1)
+    batches = []
+    with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
+        store.prepare(conn)
+        first, size = first_block, 100
+        while first <= head:
+            last = min(first + size - 1, head)
+            blocks, receipts = chain.fetch_json(client, first, last)
+            rows = chain.decode(first, blocks, receipts)
+            with conn.transaction():
+                store.write(conn, rows)
+                token_transfers.decode_range(conn, first, last)
+            with conn.cursor().copy(LOADED_TRANSFERS, {"first": first, "last": last}) as copy:
+                transfers = b"".join(copy).decode().splitlines()
+            batches.append({"blocks": rows.blocks, "transactions": rows.transactions, "logs": rows.logs,
+                            "withdrawals": rows.withdrawals, "token_transfers": transfers})
+            size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
+            first = last + 1
+    drop_database(admin_url, name)
+    return batches
+
+
+LOADED_TRANSFERS = ("COPY (SELECT * FROM token_transfers WHERE block_number BETWEEN %(first)s AND %(last)s"
+                    " ORDER BY block_number, log_index, position) TO STDOUT")
+LOADER_COPIES = {table: f"COPY {table} ({', '.join(columns)}) FROM STDIN" for table, columns in (
+    ("blocks", BLOCK_COLUMNS), ("transactions", TRANSACTION_COLUMNS), ("logs", LOG_COLUMNS),
+    ("withdrawals", WITHDRAWAL_COLUMNS))} | {"token_transfers": "COPY token_transfers FROM STDIN"}
+
+
+def _load(job: tuple[str, int, int]) -> None:
+    """One loader session: its share of the batches, each in a transaction of its own, with the
+    workers' session settings, nothing else."""
+    url, start, step = job
+    with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
+        for batch in _ENCODED[start::step]:
+            with conn.transaction():
+                for table, lines in batch.items():
+                    if lines:
+                        with conn.cursor().copy(LOADER_COPIES[table]) as copy:
+                            copy.write("\n".join(lines) + "\n")
+
+
+def lean_loader(admin_url: str, first: int, head: int, encoded: list[dict[str, list[str]]], cores: Cores,
+                *, sessions: int = 2, index_now: bool = False) -> float:
+    """Blocks/s of copying the pre-encoded rows into a fresh database, `sessions` at a time (its
+    partitions made first, as a plan makes them, not timed), then building the query indexes as
+    the index jobs do (CONCURRENTLY), unless they were made with the partitions (`index_now`):
+    the database's own limit on this machine, for the same rows, tables and indexes."""
+    global _ENCODED
+    name = f"bench_{os.getpid()}_loader"
+    url = fresh_database(admin_url, name)
+    with db.connect(url) as conn:
+        db.migrate(conn)
+        partitions.ensure(conn, first, head, index_now=index_now)
+    _ENCODED = encoded
+    fork = multiprocessing.get_context("fork")
+    with cores:
+        started = time.perf_counter()
+        with fork.Pool(sessions) as pool:
+            pool.map(_load, [(url, i, sessions) for i in range(sessions)])
+        with db.connect(url) as conn:
+            for p in partitions.partitions(conn):
+                for _, create, _, valid in conn.execute(partitions.QUERY_INDEXES, {"first": p.first}).fetchall():
+                    if not valid:
+                        conn.execute(create)
+        elapsed = time.perf_counter() - started
+    _ENCODED = []
+    with psycopg.connect(url) as c:
+        assert c.execute("SELECT count(*) FROM blocks").fetchone()[0] == head - first + 1
+    drop_database(admin_url, name)
+    return (head - first + 1) / elapsed
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -271,6 +359,12 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=0,
                     help="blocks per job (default: a twentieth of the chain, 100 to 10,000); a chunk as long as the"
                     " chain plans one job, which the workers share only by splitting it")
+    ap.add_argument("--loader", action="store_true",
+                    help="on the mainnet-shaped chain, also time a lean loader copying the same rows, pre-encoded, into"
+                    " the same tables and indexes with 2 sessions, before and after the indexer runs")
+    ap.add_argument("--query-indexes", choices=("after", "during"), default="after",
+                    help="INDEXER_QUERY_INDEXES for the indexer runs (and what the loader does likewise)")
+    ap.add_argument("--partition-blocks", type=int, default=1_000_000, help="INDEXER_PARTITION_BLOCKS for the runs")
     ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -279,6 +373,8 @@ def main() -> None:
         if getattr(args, name) < 0 or (name == "repeat" and args.repeat < 1):
             ap.error(f"--{name.replace('_', '-')} must be {'at least 1' if name == 'repeat' else '0 or more'}")
     workers = [int(w) for w in args.workers.split(",")]
+    settings = {"INDEXER_QUERY_INDEXES": args.query_indexes, "INDEXER_PARTITION_BLOCKS": str(args.partition_blocks)}
+    loaded: list[tuple[int, float, Cores]] = []  # (indexer workers, loader blocks/s, its cores), for each run
     rows = []
     chains = []
     breakdowns = {}
@@ -306,11 +402,23 @@ def main() -> None:
                       f"parsing, {capacity[1]:.2f} ms of its CPU per block", file=sys.stderr, flush=True)
             with Cores(node.proc.pid) as before_cores:
                 before = raw_ceiling(node.url, first, head)
+            encoded = encode_rows(args.database_url, node.url, first, head) if kind == "mainnet" and args.loader else []
+
+            def load() -> tuple[float, Cores]:
+                cores = Cores(node.proc.pid)
+                rate = lean_loader(args.database_url, first, head, encoded, cores,
+                                   index_now=args.query_indexes == "during")
+                print(f"# lean loader: {rate:,.0f} blocks/s, cores node/client/rest {cores}", file=sys.stderr, flush=True)
+                return rate, cores
+
+            if encoded:
+                loader_before = load()
             for _ in range(args.repeat):
                 for n in workers:
                     cores = Cores(node.proc.pid)
                     rate, rss = indexer_run(args.database_url, node.url, first, head, n,
-                                            f"bench_{os.getpid()}_{kind}_{n}", cores, chunk=args.chunk or None)
+                                            f"bench_{os.getpid()}_{kind}_{n}", cores, chunk=args.chunk or None,
+                                            settings=settings)
                     with Cores(node.proc.pid) as after_cores:
                         after = raw_ceiling(node.url, first, head)
                     # The machine's speed drifts: each run is held against the ceilings measured
@@ -321,6 +429,12 @@ def main() -> None:
                           f"{rate:,.0f} blocks/s ({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores "
                           f"node/client/rest: ceiling {before_cores}, indexer {cores}", file=sys.stderr, flush=True)
                     before, before_cores = after, after_cores
+                    if encoded:
+                        # Like the ceiling: each indexer run against the loader runs just around it.
+                        loader_after = load()
+                        loaded.append((n, rate, (loader_before[0] + loader_after[0]) / 2, loader_after[1], cores))
+                        loader_before = loader_after
+            encoded = []
             breakdowns[kind] = breakdown(args.database_url, node.url, first, head)
     rows = median_rows(rows)
     if args.mainnet:
@@ -347,6 +461,18 @@ def main() -> None:
         print(f"| {n} workers on {kind} | {node_ms:.2f} | {1000 * i_cores.client / rate:.2f} "
               f"| {1000 * i_cores.rest / rate:.2f} | {one_core} |")
     print()
+    if loaded:
+        print("The lean loader: the same rows (the chain tables' and the decoded token transfers'), pre-encoded,"
+              " copied by 2 sessions in the workers' batches with their session settings, then the query indexes"
+              f" built (INDEXER_QUERY_INDEXES={args.query_indexes}); held against the mean of the loader runs just"
+              " before and just after each indexer run. CPU in ms per block.\n")
+        print("| workers | indexer work (blocks/s) | lean loader (blocks/s) | indexer / loader "
+              "| loader: PostgreSQL and its sessions (ms CPU/block) | indexer: its processes / PostgreSQL and the rest (ms CPU/block) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for n, rate, loader, l_cores, i_cores in loaded:
+            print(f"| {n} | {rate:,.0f} | {loader:,.0f} | {rate / loader:.2f}x | {1000 * l_cores.rest / loader:.2f} "
+                  f"| {1000 * i_cores.client / rate:.2f} / {1000 * i_cores.rest / rate:.2f} |")
+        print()
     print("| chain | JSON-RPC (ms/block) | decoding and checks (ms/block) | writing (ms/block) |")
     print("|---|---:|---:|---:|")
     for kind, b in breakdowns.items():

@@ -4,6 +4,7 @@ before, never much more than the transaction budget."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import datetime, timezone
 
@@ -68,3 +69,40 @@ def test_dense_blocks_after_empty_ones_stay_within_one_block_of_the_budget():
     # The empty blocks still go in whole batches.
     assert batches[0].last - batches[0].first + 1 == 100 // PROBE_FRACTION
     assert any(rows.last - rows.first + 1 == 100 for rows in batches)
+
+
+def test_on_a_dense_chain_about_two_batches_of_transactions_are_fetched_ahead():
+    prefetcher = Prefetcher(fetch_within, in_flight=4, batch_size=100, batch_transactions=1000, stop=threading.Event())
+    try:
+        assert prefetcher.limit() == 2  # the density is not known yet: the blocks may be dense
+        for density, limit in ((0.0, 4), (5.0, 4), (50.0, 2), (400.0, 2), (5000.0, 1)):
+            prefetcher.density = density
+            assert prefetcher.limit() == limit, density
+    finally:
+        prefetcher.shutdown()
+
+
+def test_fetches_at_once_follow_the_density():
+    """What a worker holds in memory: on the dense blocks, two batches at a time, not four."""
+    lock = threading.Lock()
+    running = {"now": 0, "most_dense": 0, "most_sparse": 0}
+
+    def fetch(first: int, last: int, max_transactions: int) -> Rows:
+        with lock:
+            running["now"] += 1
+            # Once the estimate has caught up with the dense blocks (it lags by a batch or two).
+            key = "most_dense" if first >= DENSITY.index(400) + 20 else "most_sparse"
+            running[key] = max(running[key], running["now"])
+        time.sleep(0.01)
+        with lock:
+            running["now"] -= 1
+        return fetch_within(first, last, max_transactions)
+
+    prefetcher = Prefetcher(fetch, in_flight=4, batch_size=10, batch_transactions=1000, stop=threading.Event())
+    job = Claim(1, JOB_KIND, {"from": 0, "to": len(DENSITY) - 1}, 1, uuid.uuid4(), datetime.now(timezone.utc), None)
+    try:
+        for _ in prefetcher.rows(prefetcher.batches(job, 0, len(DENSITY) - 1), lambda: None):
+            time.sleep(0.005)  # the writer
+    finally:
+        prefetcher.shutdown()
+    assert running["most_sparse"] == 4 and running["most_dense"] <= 2, running
