@@ -10,9 +10,9 @@ batch's blocks are asked for again, in order, before the batches that follow (`B
 
 At most `in_flight` batches are fetched at once, and on a dense chain fewer: about
 `TRANSACTIONS_AHEAD` batches' worth of transactions (`Prefetcher.limit`). A batch of 1,000 of
-mainnet's transactions is about 10 MB of JSON, several times that once parsed, so four of them
-in flight held a worker at about 210 MB; two keep the writer as busy, against a node that answers
-as fast as the worker writes (BENCHMARKS.md, "Worker memory").
+mainnet's transactions is about 10 MB of JSON, more once parsed, and four of them in flight
+held a worker at about 210 MB; two keep the writer as busy, against a node that answers as fast
+as the worker writes (BENCHMARKS.md, "Worker memory").
 """
 
 from __future__ import annotations

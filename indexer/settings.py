@@ -18,6 +18,11 @@ from .urls import parse_urls
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
 # tail of a backfill wait on a single worker.
 MAX_CHUNK = 1_000_000
+# A batch of 600 of mainnet's transactions is about 6 MB of JSON, twice that parsed; with two
+# batches' worth fetched ahead (prefetch.TRANSACTIONS_AHEAD) a worker peaks at about 120 MB, and
+# its throughput is what 1,000 gave, on anvil's dense chain and the mainnet-shaped one alike
+# (BENCHMARKS.md, "Worker memory").
+DEFAULT_BATCH_TRANSACTIONS = 600
 # Partitions of the chain tables: by default about 2 months of mainnet's blocks (a few hundred
 # million logs today); at most a few billion rows of logs on mainnet already.
 DEFAULT_PARTITION_BLOCKS = 1_000_000
@@ -70,7 +75,7 @@ class Settings(BaseSettings):
     )
     batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction (1 to 10,000)")
     batch_transactions: int = Field(
-        1000, gt=0, le=1_000_000,
+        DEFAULT_BATCH_TRANSACTIONS, gt=0, le=1_000_000,
         description="fewer blocks per batch on dense chains: about this many transactions at most (1 to 1,000,000)"
     )
     poll_seconds: float = Field(

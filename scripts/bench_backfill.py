@@ -55,6 +55,7 @@ from indexer.testing.processes import descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
 from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -223,9 +224,9 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
 
 
 def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
-              batch_transactions: int = 1000) -> dict[str, float]:
+              batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> dict[str, float]:
     """Milliseconds per block of each step of a worker, done in order in this one process, with
-    the worker's batch size (100 blocks, fewer when dense: about 1,000 transactions a batch)."""
+    the worker's batch size (100 blocks, fewer when dense: about 600 transactions a batch)."""
     name = f"bench_{os.getpid()}_breakdown"
     url = fresh_database(admin_url, name)
     with db.connect(url) as conn:
@@ -263,7 +264,7 @@ _ENCODED: list[dict[str, list[str]]] = []  # one batch a dict, table -> COPY lin
 
 
 def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
-                batch_transactions: int = 1000) -> list[dict[str, list[str]]]:
+                batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> list[dict[str, list[str]]]:
     """Every row `indexer work` writes for blocks first..head, as COPY lines in the worker's
     batches: the chain tables' rows as `chain.decode` makes them, and the token transfers the
     decode jobs make of them (decoded here in a scratch database, then copied out as text)."""

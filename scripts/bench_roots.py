@@ -52,6 +52,7 @@ from psycopg.conninfo import make_conninfo
 
 from indexer import chain, db, partitions, roots, store
 from indexer.prefetch import batch_blocks
+from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 from indexer.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil, build_dense
@@ -175,7 +176,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
             conn = psycopg.connect(url, autocommit=True, options=db.worker_session_options(300))
             store.prepare(conn)
         n = first
-        size = batch_blocks(None, 100, 1000)
+        size = batch_blocks(None, 100, DEFAULT_BATCH_TRANSACTIONS)
         while n <= last:
             end = min(n + size - 1, last)
             t0 = time.process_time()
@@ -189,7 +190,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
             t3 = time.process_time()
             for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
                 spent[step] += t
-            size = batch_blocks(len(rows.transactions) / (end - n + 1), 100, 1000)
+            size = batch_blocks(len(rows.transactions) / (end - n + 1), 100, DEFAULT_BATCH_TRANSACTIONS)
             n = end + 1
         if conn is not None:
             conn.close()

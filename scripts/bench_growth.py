@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Growth benchmark: a long backfill of mainnet-shaped blocks, measured as the tables grow.
+
+`indexer work --drain` with the default settings (2 workers unless told) indexes `--blocks`
+blocks of the mainnet-shaped node (indexer/testing/mainnet_node.py, every block precomputed
+before the run, so that the node costs about a millisecond of CPU a block), planned in the
+default 10,000-block jobs, partitions of `--partition-blocks` (small enough that several fill
+up and get their query indexes during the run, as a mainnet backfill's 1,000,000-block
+partitions do over its days), root checks as configured by default. Every `--sample` seconds:
+blocks, transactions and logs stored; the CPU time of the indexer's processes, of the node and of
+the rest of the machine (PostgreSQL, mostly); the bytes of the chain tables and of their
+indexes; each worker's peak RSS; the disk's free space. The run stops early, and says so, when
+the disk would fall below `--min-free-gb`.
+
+Prints, per tenth of the run (by blocks): blocks/s, transactions/s and logs/s, CPU microseconds
+per row (a transaction or a log) of the indexer and of the rest, bytes per row of tables and of
+indexes at the tenth's end, and peak worker RSS; then the last tenth's throughput against the
+first's. With several `--query-indexes` modes, each runs in turn on the same node (a fresh
+database each), and their totals are compared: wall time to the last index built, CPU.
+
+    .venv/bin/python scripts/bench_growth.py [--blocks 66000] [--first 17100000] [--workers 2]
+        [--partition-blocks 10000] [--query-indexes after[,during]] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_backfill import INDEXER, cpu_seconds, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
+
+from indexer.testing.mainnet_node import NodeProcess  # noqa: E402
+from indexer.testing.processes import descendants  # noqa: E402
+
+STORED = "SELECT count(*), coalesce(sum(transaction_count), 0), coalesce(sum(log_count), 0) FROM blocks"
+# Bytes of each chain table's partitions: the table (heap and TOAST) and its indexes.
+SIZES = """
+SELECT p.relname, sum(pg_table_size(c.oid)), sum(pg_indexes_size(c.oid))
+FROM pg_class p JOIN pg_inherits i ON i.inhparent = p.oid JOIN pg_class c ON c.oid = i.inhrelid
+WHERE p.relname IN ('blocks', 'transactions', 'logs', 'withdrawals', 'token_transfers')
+GROUP BY 1
+"""
+INDEXED = "SELECT count(*) FILTER (WHERE indexed_at IS NOT NULL), count(*) FROM chain_partitions"
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the pool started
+    blocks: int
+    transactions: int
+    logs: int
+    indexer_cpu: float  # seconds, all its processes
+    node_cpu: float
+    busy: float  # the machine's busy CPU seconds
+    table_bytes: int
+    index_bytes: int
+    rss_mb: int  # the highest peak RSS of a worker so far
+    indexed: tuple[int, int]  # partitions indexed, of
+
+
+@dataclass
+class Run:
+    mode: str
+    samples: list[Sample] = field(default_factory=list)
+    stopped: str = ""  # why the run stopped before its last block, if it did
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def sample(conn: psycopg.Connection, started: float, pool: int, node: int, cpu: dict[int, float],
+           peaks: dict[int, int]) -> Sample:
+    for pid in [pool, *descendants(pool)]:
+        try:
+            cpu[pid] = cpu_seconds(pid)
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:") and pid != pool:
+                    peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]) // 1024)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    blocks, transactions, logs = conn.execute(STORED).fetchone()
+    sizes = conn.execute(SIZES).fetchall()
+    return Sample(time.perf_counter() - started, blocks, int(transactions), int(logs), sum(cpu.values()),
+                  cpu_seconds(node), machine_busy_seconds(), sum(int(t) for _, t, _ in sizes),
+                  sum(int(i) for _, _, i in sizes), max(peaks.values(), default=0),
+                  tuple(conn.execute(INDEXED).fetchone()))
+
+
+def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) -> Run:
+    name = f"bench_growth_{os.getpid()}_{mode}"
+    url = fresh_database(admin_url, name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+    env |= {"INDEXER_DATABASE_URL": url, "INDEXER_RPC_URL": node.url, "INDEXER_USE_FINALIZED": "false",
+            "INDEXER_CONFIRMATIONS": "0", "INDEXER_METRICS_PORT": "0", "INDEXER_QUERY_INDEXES": mode,
+            "INDEXER_PARTITION_BLOCKS": str(args.partition_blocks)}
+    for cmd in (["migrate"], ["plan", "--from", str(node.first), "--to", str(node.last + 1)]):
+        subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
+    result = Run(mode)
+    cpu: dict[int, float] = {}
+    peaks: dict[int, int] = {}
+    data_dir = Path(args.disk_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        pool = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(args.workers), "--log-level", "WARNING"],
+                                env=env)
+        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+        while pool.poll() is None:
+            try:
+                pool.wait(args.sample)
+            except subprocess.TimeoutExpired:
+                pass
+            result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+            s = result.samples[-1]
+            free_gb = shutil.disk_usage(data_dir).free / 1e9
+            print(f"# {mode}: {s.at:,.0f} s, {s.blocks:,} blocks, {s.transactions:,} transactions, {s.logs:,} logs,"
+                  f" {(s.table_bytes + s.index_bytes) / 1e9:.1f} GB, partitions indexed {s.indexed[0]} of"
+                  f" {s.indexed[1]}, worker RSS {s.rss_mb} MB, {free_gb:.0f} GB free", file=sys.stderr, flush=True)
+            if free_gb < args.min_free_gb and pool.poll() is None:
+                result.stopped = f"stopped at {s.blocks:,} blocks: {free_gb:.1f} GB of disk left (--min-free-gb)"
+                pool.send_signal(signal.SIGTERM)
+        if pool.returncode not in (0, -signal.SIGTERM, 143) or (pool.returncode != 0 and not result.stopped):
+            raise SystemExit(f"indexer work exited with {pool.returncode}")
+        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+        result.sizes = {t: (int(a), int(b)) for t, a, b in conn.execute(SIZES)}
+    drop_database(admin_url, name)
+    return result
+
+
+def at_blocks(samples: list[Sample], blocks: float) -> Sample:
+    """The first sample with at least `blocks` stored (the samples are every few seconds)."""
+    return next(s for s in samples if s.blocks >= blocks)
+
+
+def report(result: Run, total_blocks: int) -> None:
+    samples = result.samples
+    last = samples[-1]
+    # The tenths end once every block is stored; what is left (the last ranges' decoding, the
+    # last partitions' index builds) is the run's tail, not the tables growing.
+    stored = at_blocks(samples, last.blocks)
+    print(f"\n### INDEXER_QUERY_INDEXES={result.mode}: {last.blocks:,} blocks, {last.transactions:,} transactions, "
+          f"{last.logs:,} logs stored in {stored.at:,.0f} s, then {last.at - stored.at:,.0f} s to the end (decoding and"
+          f" indexing the last ranges){'; ' + result.stopped if result.stopped else ''}\n")
+    print("| tenth | blocks/s | transactions/s | logs/s | indexer CPU (us/row) | rest, PostgreSQL mostly (us/row) "
+          "| table bytes/row | index bytes/row | partitions indexed | peak worker RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rates = []
+    begin = samples[0]
+    for tenth in range(1, 11):
+        end = at_blocks(samples, last.blocks * tenth / 10)
+        seconds = max(end.at - begin.at, 1e-9)
+        rows = (end.transactions - begin.transactions) + (end.logs - begin.logs)
+        indexer = end.indexer_cpu - begin.indexer_cpu
+        rest = max(0.0, (end.busy - begin.busy) - indexer - (end.node_cpu - begin.node_cpu))
+        all_rows = max(end.transactions + end.logs, 1)
+        rate = (end.blocks - begin.blocks) / seconds
+        rates.append(rate)
+        print(f"| {tenth} | {rate:,.1f} | {(end.transactions - begin.transactions) / seconds:,.0f} "
+              f"| {(end.logs - begin.logs) / seconds:,.0f} | {1e6 * indexer / max(rows, 1):.1f} | {1e6 * rest / max(rows, 1):.1f} "
+              f"| {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} | {end.indexed[0]} of {end.indexed[1]} "
+              f"| {end.rss_mb} |")
+        begin = end
+    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first.\n")
+    print("| table | rows | table bytes | index bytes | bytes/row (table + indexes) |")
+    print("|---|---:|---:|---:|---:|")
+    counts = {"blocks": last.blocks, "transactions": last.transactions, "logs": last.logs}
+    for table, (heap, index) in sorted(result.sizes.items()):
+        n = counts.get(table)
+        per_row = f"{(heap + index) / n:,.0f}" if n else "-"
+        print(f"| {table} | {n or '-':,} | {heap:,} | {index:,} | {per_row} |" if n else
+              f"| {table} | - | {heap:,} | {index:,} | - |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=66_000,
+                    help="mainnet-shaped blocks to index (default 66,000: about 10 million transactions and 31 million"
+                    " logs in the Shanghai era)")
+    ap.add_argument("--first", type=int, default=17_100_000, help="the first block (its era sets the shape)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--partition-blocks", type=int, default=10_000)
+    ap.add_argument("--query-indexes", default="after", help="comma-separated INDEXER_QUERY_INDEXES modes to run")
+    ap.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
+    ap.add_argument("--min-free-gb", type=float, default=8.0, help="stop when the disk has less free than this")
+    ap.add_argument("--disk-path", default="/var/lib/postgresql", help="a path on the database's disk")
+    ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
+                                                             "postgresql://postgres@127.0.0.1:5432/postgres"))
+    args = ap.parse_args()
+    modes = args.query_indexes.split(",")
+    if args.blocks < 10 or any(m not in ("after", "during") for m in modes):
+        ap.error("--blocks must be at least 10; --query-indexes takes after and during")
+    t = time.perf_counter()
+    with NodeProcess(args.first, args.blocks) as node:
+        print(f"# the node precomputed {args.blocks:,} blocks in {time.perf_counter() - t:.0f} s", file=sys.stderr,
+              flush=True)
+        results = [run(args.database_url, node, mode, args) for mode in modes]
+    with psycopg.connect(make_conninfo(args.database_url)) as c:
+        settings = {name: c.execute(f"SHOW {name}").fetchone()[0]
+                    for name in ("server_version", "shared_buffers", "max_wal_size", "maintenance_work_mem")}
+    print(f"PostgreSQL: {settings}; {args.workers} workers; partitions of {args.partition_blocks:,} blocks; "
+          f"mainnet-shaped blocks from {args.first:,}.")
+    for result in results:
+        report(result, args.blocks)
+    if len(results) > 1:
+        print("| INDEXER_QUERY_INDEXES | wall time to the last index built (s) | blocks/s | indexer CPU (s) "
+              "| rest, PostgreSQL mostly (s) |")
+        print("|---|---:|---:|---:|---:|")
+        for r in results:
+            first, last = r.samples[0], r.samples[-1]
+            indexer = last.indexer_cpu - first.indexer_cpu
+            rest = (last.busy - first.busy) - indexer - (last.node_cpu - first.node_cpu)
+            print(f"| {r.mode} | {last.at:,.0f} | {last.blocks / last.at:,.1f} | {indexer:,.0f} | {rest:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
