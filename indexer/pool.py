@@ -188,7 +188,9 @@ class Pool:
             self.dependencies.stop()
             if database is not None:
                 database.stop()
-            reaping.join(self.cfg.rpc_timeout)  # a reap in progress ends; one stuck on the database is left
+            # A reap in progress (statements of bounded batches) ends within this; one stuck on a
+            # database that never answers is left to end with the process.
+            reaping.join(10.0)
         if self.gave_up is not None:
             print(f"indexer work: error: {self.gave_up}", file=sys.stderr)
             return 1
