@@ -237,7 +237,7 @@ SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {_FAILED
 # worker-scaledobject.yaml holds this same text; tests/test_kubernetes.py checks and runs it):
 # the jobs claimable now and those running. Jobs deferred to later (backing off, beyond the safe
 # head) are not counted, so a queue holding only those scales to zero; running ones are, so that
-# a pod busy with a job is not scaled away under it. No parameters: KEDA runs the text as it is.
+# the pods running them stay wanted. No parameters: KEDA runs the text as it is.
 SCALER_DEMAND = f"SELECT count(*) FROM jobs WHERE (status = {_PENDING} AND run_at <= now()) OR status = {_RUNNING}"
 
 HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({_PENDING}, {_RUNNING}))"
