@@ -119,7 +119,8 @@ class Pool:
         self.gave_up: str | None = None  # why the pool stopped without being asked to
         self.metrics_server: metrics.MetricsServer | None = None
         self.liveness = health.Liveness(LIVE_WITHIN_SECONDS)
-        self.dependencies = health.Dependencies(cfg.database_url, cfg.rpc_urls, every=cfg.health_seconds)
+        self.dependencies = health.Dependencies(cfg.database_url, cfg.rpc_urls, every=cfg.health_seconds,
+                                                rpc_batch=cfg.rpc_batch)
 
     def _fork(self, slot: int) -> None:
         """A first worker: a fork of this process while it has no thread and no connection."""
