@@ -114,3 +114,22 @@ def test_a_worker_name_that_is_not_a_name_is_a_usage_error(db_url):
     assert result.stderr.strip() == ("indexer work: error: INDEXER_WORKER_NAME: not a worker name: 'pod 1; drop' "
                                      "(letters, digits, '.', '-' and '_', at most 253 characters, starting with a "
                                      "letter or digit)")
+
+
+def test_the_monitor_is_unready_while_the_database_is_down(own_postgres):
+    assert run_indexer("migrate", db_url=own_postgres.url).returncode == 0
+    port = free_port()
+    env = {"INDEXER_DATABASE_URL": own_postgres.url, "INDEXER_METRICS_PORT": str(port),
+           "INDEXER_DB_METRICS_SECONDS": "0.2"}
+    proc = subprocess.Popen([INDEXER, "monitor"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: probes(port)[1], "the monitor to serve") == (200, "ok\n")
+        own_postgres.pg_ctl("-m", "fast", "stop")
+        ready = wait_for(lambda: (p := probe(port, "/readyz")) and p[0] == 503 and p, "the monitor to be unready")
+        assert ready == (503, "no answer from the database at the last refresh\n")
+        assert probe(port, "/livez") == (200, "ok\n")  # its loop goes on, and will find the database again
+        own_postgres.start()
+        assert wait_for(lambda: probe(port, "/readyz") == (200, "ok\n"), "the monitor to be ready again")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
