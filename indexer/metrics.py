@@ -20,9 +20,10 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from socketserver import ThreadingMixIn
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
@@ -214,13 +215,20 @@ SELECT application_name, coalesce(extract(epoch FROM replay_lag), 0)::float8 FRO
 
 
 class DatabaseCollector(Collector):
-    """Queue and database health, refreshed every `interval` seconds by a thread of its own."""
+    """Queue and database health, refreshed every `interval` seconds by a thread of its own.
+    Alive (`live`, for `indexer monitor`'s /livez) while that thread refreshes; ready (`ready`)
+    while the last refresh found the database."""
+
+    # A refresh waits up to 10 s to connect, and its queries read statistics views: a minute more
+    # than the interval is a thread that no longer refreshes.
+    LIVE_GRACE_SECONDS = 60.0
 
     def __init__(self, database_url: str, interval: float = 10.0) -> None:
         self.database_url = database_url
         self.interval = interval
         self._families: list[Metric] = []
         self._up = 0.0
+        self._refreshed = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="db-metrics", daemon=True)
 
@@ -245,6 +253,15 @@ class DatabaseCollector(Collector):
         except psycopg.Error as exc:
             self._up = 0.0
             log.warning("database metrics: %s", redact(first_line(exc)))
+        self._refreshed = time.monotonic()
+
+    def live(self) -> list[str]:
+        idle = time.monotonic() - self._refreshed
+        return [f"the database gauges were last refreshed {idle:.0f} s ago"] \
+            if idle > self.interval + self.LIVE_GRACE_SECONDS else []
+
+    def ready(self) -> list[str]:
+        return [] if self._up else ["no answer from the database at the last refresh"]
 
     def collect(self) -> Iterable[Metric]:
         up = GaugeMetricFamily("indexer_database_up", "1 if the last database health query succeeded")
@@ -342,9 +359,32 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # a log line per scrape would drown the rest
 
 
-def listen(port: int, *, host: str, database: DatabaseCollector | None, multiprocess: bool) -> MetricsServer:
+Check = Callable[[], list[str]]  # what is wrong, for a probe: empty when all is well
+
+
+def _with_probes(metrics: Callable, *, live: Check, ready: Check) -> Callable:
+    """The WSGI app of /metrics, with /livez and /readyz answered 200 "ok", or 503 and what is
+    wrong, a line each (`health.py`)."""
+    checks = {"/livez": live, "/readyz": ready}
+
+    def serve(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        check = checks.get(environ.get("PATH_INFO", ""))
+        if check is None:
+            return metrics(environ, start_response)
+        problems = check()
+        body = ("\n".join(problems) if problems else "ok").encode() + b"\n"
+        start_response("503 Service Unavailable" if problems else "200 OK",
+                       [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return serve
+
+
+def listen(port: int, *, host: str, database: DatabaseCollector | None, multiprocess: bool, live: Check,
+           ready: Check) -> MetricsServer:
     """Takes `host`:`port` (INDEXER_METRICS_HOST: loopback unless the deployment opens it to its
-    Prometheus) for /metrics; `start` serves it. `indexer work` forks its workers between the two."""
+    Prometheus) for /metrics, /livez and /readyz; `start` serves them. `indexer work` forks its
+    workers between the two."""
     registry = CollectorRegistry()
     if multiprocess:
         from prometheus_client import multiprocess as mp
@@ -353,8 +393,8 @@ def listen(port: int, *, host: str, database: DatabaseCollector | None, multipro
     if database is not None:
         registry.register(database)
     try:
-        return make_server(host, port, make_wsgi_app(registry), MetricsServer6 if ":" in host else MetricsServer,
-                           handler_class=_QuietHandler)
+        return make_server(host, port, _with_probes(make_wsgi_app(registry), live=live, ready=ready),
+                           MetricsServer6 if ":" in host else MetricsServer, handler_class=_QuietHandler)
     except socket.gaierror as exc:
         raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
     except OSError as exc:
@@ -366,7 +406,7 @@ def listen(port: int, *, host: str, database: DatabaseCollector | None, multipro
 def serve_database_gauges(database_url: str, *, host: str, port: int, interval: float, stop: threading.Event) -> None:
     """`indexer monitor`: the database-wide gauges alone, on `host`:`port`, until `stop` is set."""
     collector = DatabaseCollector(database_url, interval)
-    server = listen(port, host=host, database=collector, multiprocess=False)
+    server = listen(port, host=host, database=collector, multiprocess=False, live=collector.live, ready=collector.ready)
     collector.start()
     server.start()
     stop.wait()

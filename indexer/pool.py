@@ -4,10 +4,13 @@ The pool process itself indexes nothing. It
 - refuses to start on a database without the schema, an endpoint that is unreachable or serves
   another chain than the one the database holds;
 - starts `workers` processes and restarts any that dies (a crash, an OOM kill, kill -9);
-- runs the reaper every `reap_seconds`, so expired leases come back without a separate service
-  (any number of pools may do so at once: the reaper uses SKIP LOCKED);
+- runs the reaper every `reap_seconds` in a thread, so expired leases come back without a
+  separate service (any number of pools may do so at once: the reaper uses SKIP LOCKED), and a
+  database that stops answering cannot hold up the pool's own loop;
 - forwards SIGTERM/SIGINT: each worker gives its job back, and the pool exits 0;
-- serves /metrics for all its processes, and computes the database-wide gauges;
+- serves /metrics for all its processes, /livez (its loop runs) and /readyz (the database and a
+  node endpoint answer: `health.py`), and computes the database-wide gauges;
+- exits 1 once the database, or every node endpoint, has not answered for `give_up_seconds`;
 - with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed;
   or, once the only jobs left start beyond the safe head (each worker finds so before it exits:
   nothing running, nothing pending below it), exits `worker.EXIT_WAITING_FOR_CHAIN` (3),
@@ -21,11 +24,12 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import sys
+import threading
 import time
 
 import psycopg
 
-from . import chain, db, metrics, queue, reaper, signals, store, worker
+from . import chain, db, health, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -34,6 +38,17 @@ log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_TTY = 1.0
 PROGRESS_EVERY_LOG = 60.0
+
+# The pool's loop runs five times a second and waits on nothing else (the reaper and the health
+# checks have threads of their own): idle this long, it is stuck, and /livez says so.
+LIVE_WITHIN_SECONDS = 30.0
+
+
+def stop_seconds(cfg: Settings) -> float:
+    """The longest the pool waits, after SIGTERM, for its workers to give their jobs back before
+    it kills them: a worker may be inside one node request, which ends within INDEXER_RPC_TIMEOUT.
+    A container's grace period must be longer (deploy/kubernetes, docker-compose.yml)."""
+    return max(10.0, cfg.rpc_timeout)
 
 
 def run(cfg: Settings, *, drain: bool) -> int:
@@ -101,7 +116,11 @@ class Pool:
         self.finished: set[int] = set()
         self.waiting_for_chain = False  # a draining worker stopped at the safe head
         self.stopping = False
+        self.gave_up: str | None = None  # why the pool stopped without being asked to
         self.metrics_server: metrics.MetricsServer | None = None
+        self.liveness = health.Liveness(LIVE_WITHIN_SECONDS)
+        self.dependencies = health.Dependencies(cfg.database_url, cfg.rpc_urls, every=cfg.health_seconds,
+                                                rpc_batch=cfg.rpc_batch)
 
     def _fork(self, slot: int) -> None:
         """A first worker: a fork of this process while it has no thread and no connection."""
@@ -135,7 +154,8 @@ class Pool:
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
-            self.metrics_server = metrics.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database, multiprocess=True)
+            self.metrics_server = metrics.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database,
+                                                 multiprocess=True, live=self.liveness.problems, ready=self._ready)
         for slot in range(self.cfg.workers):
             self._fork(slot)
         signals.on_stop(self._request_stop)
@@ -145,17 +165,19 @@ class Pool:
             self.metrics_server.start()
         if database is not None:
             database.start()
-        conn: psycopg.Connection | None = None
-        next_reap = time.monotonic()
+        self.dependencies.start()
+        stop_reaping = threading.Event()
+        reaping = threading.Thread(target=self._reap_every, args=(stop_reaping,), name="reaper", daemon=True)
+        reaping.start()
         progress = Progress(self.counters)
         try:
             while not self.stopping:
+                self.liveness.tick()
                 self._supervise()
                 if self.drain and len(self.finished) == len(self.procs):
                     break
-                if time.monotonic() >= next_reap:
-                    conn = self._reap(conn)
-                    next_reap = time.monotonic() + self.cfg.reap_seconds
+                if self._give_up():
+                    break
                 progress.maybe_print()
                 # Wakes as soon as a worker exits (a draining pool is done the moment the last
                 # one is), otherwise five times a second.
@@ -163,10 +185,16 @@ class Pool:
         finally:
             self._stop_workers()
             progress.done()
+            stop_reaping.set()
+            self.dependencies.stop()
             if database is not None:
                 database.stop()
-            if conn is not None:
-                conn.close()
+            # A reap in progress (statements of bounded batches) ends within this; one stuck on a
+            # database that never answers is left to end with the process.
+            reaping.join(10.0)
+        if self.gave_up is not None:
+            print(f"indexer work: error: {self.gave_up}", file=sys.stderr)
+            return 1
         if self.drain and not self.stopping:
             with db.connect(self.cfg.database_url) as c:
                 failed = queue.counts(c).failed
@@ -194,6 +222,27 @@ class Pool:
                 log.warning("worker %s exited with code %s; starting another", p.name, p.exitcode)
                 self._start(slot)
 
+    def _ready(self) -> list[str]:
+        return ["stopping"] if self.stopping else self.dependencies.problems()
+
+    def _give_up(self) -> bool:
+        """True, with why, once the database or every node endpoint has been silent too long."""
+        for name, seconds in self.dependencies.silent():
+            if seconds > self.cfg.give_up_seconds:
+                self.gave_up = f"no answer from {name} for {seconds:.0f} s (INDEXER_GIVE_UP_SECONDS is {self.cfg.give_up_seconds:g})"
+                log.error("%s; stopping the workers", self.gave_up)
+                return True
+        return False
+
+    def _reap_every(self, stop: threading.Event) -> None:
+        conn: psycopg.Connection | None = None
+        while True:
+            conn = self._reap(conn)
+            if stop.wait(self.cfg.reap_seconds):
+                break
+        if conn is not None:
+            conn.close()
+
     def _reap(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
         try:
             if conn is None or conn.closed:
@@ -210,7 +259,7 @@ class Pool:
         for p in self.procs.values():
             if p.is_alive():
                 p.terminate()  # SIGTERM: the worker gives its job back and exits 0
-        deadline = time.monotonic() + max(10.0, self.cfg.rpc_timeout)
+        deadline = time.monotonic() + stop_seconds(self.cfg)
         for p in self.procs.values():
             p.join(max(0.0, deadline - time.monotonic()))
             if p.is_alive():

@@ -8,6 +8,8 @@ an environment variable.
 from __future__ import annotations
 
 import os
+import re
+import socket
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -34,6 +36,9 @@ MAX_WORKERS = 256
 # stall go unnoticed longer, and a lease becomes a session timeout in milliseconds, which
 # PostgreSQL bounds (2^31 - 1 ms, about 25 days).
 MAX_SECONDS = 3600.0
+# What a worker's name may hold: a host or pod name (Kubernetes' are DNS subdomains, at most 253
+# characters) fits, and nothing that would need quoting where `locked_by` is shown.
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
 
 
 class Settings(BaseSettings):
@@ -73,6 +78,19 @@ class Settings(BaseSettings):
         default_factory=lambda: min(os.cpu_count() or 2, MAX_WORKERS), gt=0, le=MAX_WORKERS,
         description="worker processes of `indexer work` (1 to 256; default: the CPU count)"
     )
+    worker_name: str = Field(
+        default_factory=socket.gethostname,
+        description="names this pool's workers in `locked_by` (NAME:PID), so that an operator can tell which machine or"
+        " pod holds which job: letters, digits, '.', '-' and '_', at most 253 characters (default: the host name;"
+        " the Kubernetes manifests set the pod's name)")
+    health_seconds: float = Field(
+        10.0, gt=0, le=MAX_SECONDS,
+        description="how often `indexer work` checks that the database and a node endpoint answer, for /readyz"
+        " (more than 0, at most 3600 s)")
+    give_up_seconds: float = Field(
+        300.0, gt=0, le=MAX_SECONDS,
+        description="`indexer work` exits 1 once the database, or every node endpoint, has not answered for this"
+        " long, rather than wait on (more than 0, at most 3600 s)")
     batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction (1 to 10,000)")
     batch_transactions: int = Field(
         DEFAULT_BATCH_TRANSACTIONS, gt=0, le=1_000_000,
@@ -121,6 +139,14 @@ class Settings(BaseSettings):
     @classmethod
     def _valid_rpc_urls(cls, value: str) -> str:
         parse_urls(value)
+        return value
+
+    @field_validator("worker_name")
+    @classmethod
+    def _valid_worker_name(cls, value: str) -> str:
+        if not WORKER_NAME.fullmatch(value):
+            raise ValueError(f"not a worker name: {value!r} (letters, digits, '.', '-' and '_', at most 253"
+                             " characters, starting with a letter or digit)")
         return value
 
     @field_validator("metrics_host")

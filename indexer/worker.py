@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -82,7 +81,8 @@ class Worker:
         self.cfg = cfg
         self.drain = drain
         self.counters = counters
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        # `locked_by`: the machine or pod (INDEXER_WORKER_NAME), then the process holding the job.
+        self.name = f"{cfg.worker_name}:{os.getpid()}"
         self.stop = threading.Event()
         client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
                            max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit)

@@ -38,7 +38,17 @@ enqueue to archive.
 
 Prints Markdown tables and, with --plot, draws jobs/s against workers to a PNG.
 
+With `--latency 0,0.5,2,10` it measures instead the queue as workers on other machines see it:
+each worker connects through a loopback TCP proxy (indexer/testing/latency_proxy.py) that adds
+that round trip, in milliseconds, to every exchange with PostgreSQL (0: through the proxy with
+no delay, the baseline). For each delay, method (`--methods`, by default `skip-locked-next` and
+`batch-10-next`: single claims and batches of ten, as `indexer work` claims) and worker count,
+each worker gets `--claims-per-worker` claims' worth of jobs; jobs/s and claim latency as above.
+The round trip of `SELECT 1` is measured directly and through each proxy, to show what the
+proxy adds.
+
     .venv/bin/python scripts/bench_queue.py [--jobs 20000] [--workers 1,2,4,8,16] [--repeat 3]
+    .venv/bin/python scripts/bench_queue.py --latency 0,0.5,2,10 [--workers 1,2,4,8,16,32,64]
 """
 
 from __future__ import annotations
@@ -53,10 +63,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from indexer import db, queue
 from indexer.db import worker_session_options
+from indexer.testing.latency_proxy import MAX_RTT_MS, LatencyProxy
 
 LEASE = 300.0
 KIND = "noop"
@@ -220,16 +231,20 @@ class Bench:
             for name in (self.run_db, self.template):
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
-    def run(self, url: str, method: str, workers: int, heartbeats: int = 0) -> Result:
+    def run(self, url: str, method: str, workers: int, heartbeats: int = 0, *, jobs: int | None = None,
+            worker_url: str | None = None) -> Result:
+        """`jobs` no-op jobs (default: the bench's) through `workers` workers connecting to
+        `worker_url` (default: `url`, which sets up and checks)."""
+        jobs = jobs or self.jobs
         with db.connect(url) as conn:
-            queue.enqueue(conn, KIND, ({"n": i} for i in range(self.jobs)))
+            queue.enqueue(conn, KIND, ({"n": i} for i in range(jobs)))
             conn.execute("ANALYZE jobs")  # no VACUUM: the bloat scenario keeps its dead tuples
         ctx = mp.get_context("fork")
         start = ctx.Barrier(workers + 1)
         pipes, procs = [], []
         for w in range(workers):
             receive, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=work, args=(url, method, f"bench-{w}", heartbeats, start, send))
+            p = ctx.Process(target=work, args=(worker_url or url, method, f"bench-{w}", heartbeats, start, send))
             p.start()
             pipes.append(receive)
             procs.append(p)
@@ -251,11 +266,11 @@ class Bench:
                 archived, distinct = conn.execute(HISTORY_CHECK).fetchone()
                 left = conn.execute(LIVE_JOBS).fetchone()[0]
         # Every job done and archived once; only attempt 1 may start a job twice.
-        assert (archived, distinct, left) == (self.jobs, self.jobs, 0), (method, archived, distinct, left)
-        assert len(set(ran)) == self.jobs, (method, len(set(ran)))
+        assert (archived, distinct, left) == (jobs, jobs, 0), (method, archived, distinct, left)
+        assert len(set(ran)) == jobs, (method, len(set(ran)))
         if method != "read-then-update":
-            assert len(ran) == self.jobs, (method, len(ran))
-        return Result(method, workers, self.jobs / elapsed, 1000 * percentile(latencies, 0.5),
+            assert len(ran) == jobs, (method, len(ran))
+        return Result(method, workers, jobs / elapsed, 1000 * percentile(latencies, 0.5),
                       1000 * percentile(latencies, 0.99), len(latencies), len(ran), sum(a[2] for a in answers))
 
 
@@ -329,6 +344,58 @@ def scenarios(bench: Bench, workers: int, history_rows: int, dead_rows: int, hea
     return lines
 
 
+PING = "SELECT 1"
+
+
+def round_trip_ms(url: str, times: int = 200) -> float:
+    """The median time of `SELECT 1`, prepared, as a worker's session sees it."""
+    with connect(url, "skip-locked") as conn:
+        spent = []
+        for _ in range(times):
+            t = time.perf_counter()
+            conn.execute(PING, prepare=True)
+            spent.append(time.perf_counter() - t)
+    return 1000 * statistics.median(spent)
+
+
+def through(url: str, proxy: LatencyProxy) -> str:
+    return make_conninfo(url, host="127.0.0.1", port=str(proxy.port))
+
+
+def latency_runs(bench: Bench, delays: list[float], methods: list[str], workers: list[int],
+                 claims_per_worker: int) -> list[str]:
+    """Jobs/s and claim latency through a proxy adding each round trip: the Markdown table."""
+    target = conninfo_to_dict(bench.admin_url)
+    direct = round_trip_ms(bench.admin_url)
+    rows = []
+    for delay in delays:
+        with LatencyProxy(target.get("host", "127.0.0.1"), int(target.get("port", 5432)), rtt_ms=delay) as proxy:
+            measured = round_trip_ms(through(bench.admin_url, proxy))
+            for method in methods:
+                limit = 10 if "batch-10" in method else 1
+                for n in workers:
+                    url = bench.fresh()
+                    r = bench.run(url, method, n, jobs=n * limit * claims_per_worker, worker_url=through(url, proxy))
+                    rows.append((delay, measured, r))
+                    print(f"# +{delay:g} ms ({measured:.2f} ms measured) {method} x{n}: {r.jobs_per_second:,.0f} jobs/s, "
+                          f"claim p50 {r.claim_p50_ms:.2f} ms p99 {r.claim_p99_ms:.2f} ms", file=sys.stderr, flush=True)
+    lines = [f"{claims_per_worker} claims per worker per run; `SELECT 1` round trip direct: {direct:.2f} ms", "",
+             "| method | round trip added (ms) | `SELECT 1` through the proxy (ms) | workers | jobs/s "
+             "| claim p50 (ms) | claim p99 (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for delay, measured, r in sorted(rows, key=lambda x: (methods.index(x[2].method), x[0], x[2].workers)):
+        lines.append(f"| {r.method} | {delay:g} | {measured:.2f} | {r.workers} | {r.jobs_per_second:,.0f} "
+                     f"| {r.claim_p50_ms:.2f} | {r.claim_p99_ms:.2f} |")
+    lines += ["", "| method | round trip added (ms) | most jobs/s | at workers | jobs/s of 1 worker |",
+              "|---|---:|---:|---:|---:|"]
+    for method in methods:
+        for delay in delays:
+            mine = [r for d, _, r in rows if d == delay and r.method == method]
+            best = max(mine, key=lambda r: r.jobs_per_second)
+            one = next((r.jobs_per_second for r in mine if r.workers == 1), float("nan"))
+            lines.append(f"| {method} | {delay:g} | {best.jobs_per_second:,.0f} | {best.workers} | {one:,.0f} |")
+    return lines
+
+
 def against_the_article(results: list[Result], workers: int) -> list[str]:
     """Each method's throughput over the article's queue of the same claim size, same run."""
     at = {r.method: r.jobs_per_second for r in results if r.workers == workers}
@@ -382,14 +449,37 @@ def main() -> None:
     ap.add_argument("--heartbeats", type=int, default=5, help="heartbeats per job in the lifecycle run")
     ap.add_argument("--no-scenarios", action="store_true")
     ap.add_argument("--plot", type=Path, help="write a PNG of jobs/s against workers here")
+    ap.add_argument("--latency", metavar="MS,MS,...",
+                    help=f"instead, workers through a loopback proxy adding each round trip (0 to {MAX_RTT_MS:g} ms; "
+                    "0: the proxy alone)")
+    ap.add_argument("--claims-per-worker", type=int, default=200,
+                    help="with --latency: claims each worker makes per run (jobs: workers x claims x claim size)")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
     args = ap.parse_args()
     methods = args.methods.split(",")
+    if args.latency and "--methods" not in sys.argv[1:]:
+        methods = ["skip-locked-next", "batch-10-next"]
     if unknown := set(methods) - set(METHODS):
         ap.error(f"unknown methods: {', '.join(sorted(unknown))}")
     workers = [int(w) for w in args.workers.split(",")]
+    delays = []
+    if args.latency:
+        try:
+            delays = [float(d) for d in args.latency.split(",")]
+        except ValueError:
+            ap.error(f"--latency: not a list of milliseconds: {args.latency!r}")
+        if not all(0 <= d <= MAX_RTT_MS for d in delays):
+            ap.error(f"--latency: each round trip must be within 0..{MAX_RTT_MS:g} ms, got {args.latency!r}")
+    if args.claims_per_worker < 1:
+        ap.error(f"--claims-per-worker must be at least 1, got {args.claims_per_worker}")
     bench = Bench(args.database_url, args.jobs)
+    if delays:
+        try:
+            print("\n".join(latency_runs(bench, delays, methods, workers, args.claims_per_worker)))
+        finally:
+            bench.close()
+        return
     try:
         results = []
         for n in workers:

@@ -92,3 +92,36 @@ def test_bench_decode_decodes_every_transfer_and_compares_it_with_fetching():
     assert len(rows) == 4 and all(float(r[2].replace(",", "")) > 0 for r in rows), out
     assert re.search(r"Decoding is [\d.]+x fetching by eth_getLogs", out), out
     assert bench_databases() == before
+
+
+def test_bench_queue_measures_workers_through_the_latency_proxy():
+    before = bench_databases()
+    out = run_script("scripts/bench_queue.py", "--latency", "0,0.5", "--workers", "1,3", "--claims-per-worker", "10")
+    runs = {(r[0], r[1], r[3]): r for r in table_rows(out, "skip-locked-next |") + table_rows(out, "batch-10-next |")
+            if len(r) == 7}
+    assert set(runs) == {(m, d, w) for m in ("skip-locked-next", "batch-10-next") for d in ("0", "0.5") for w in ("1", "3")}
+    assert all(float(r[4].replace(",", "")) > 0 and float(r[6]) > 0 for r in runs.values()), out
+    summary = [r for r in table_rows(out, "skip-locked-next |") + table_rows(out, "batch-10-next |") if len(r) == 5]
+    assert len(summary) == 4, out
+    assert bench_databases() == before
+
+
+def test_bench_queue_refuses_a_round_trip_out_of_bounds():
+    done = subprocess.run([sys.executable, "scripts/bench_queue.py", "--latency", "0,500", "--database-url", ADMIN_URL],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == ("bench_queue.py: error: --latency: each round trip must be within "
+                                                    "0..100 ms, got '0,500'")
+
+
+def test_bench_pod_measures_a_pool_and_its_give_back_on_sigterm():
+    before = bench_databases()
+    out = run_script("scripts/bench_pod.py", "--blocks", "400", "--era", "19426587", "--chunk", "100",
+                     "--monitor-seconds", "1")
+    rows = {r[0]: r[1] for r in table_rows(out, "") if len(r) == 2}
+    assert rows["pool: exit code"] == "0" and rows["jobs left running"] == "0", out
+    # Each worker was in the middle of a job: both were given back with their claim's attempt refunded.
+    assert rows["jobs given back mid-way, by attempts spent"] in ("0: 1", "0: 2"), out
+    assert float(rows["pool: peak of the processes' PSS, summed (MB)"].replace(",", "")) > 0
+    assert int(rows["pool: most database sessions at once"]) >= 5  # 2 workers x 2, and the reaper
+    assert bench_databases() == before

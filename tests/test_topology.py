@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from indexer import pool
 from indexer.cli import build_parser
 from indexer.settings import Settings
 from indexer.testing.cluster import REPO
@@ -77,6 +78,17 @@ def test_ports_and_hosts_agree():
     assert any(v.endswith(":/var/lib/grafana/dashboards:ro") for v in SERVICES["grafana"]["volumes"])
     assert (REPO / "deploy" / "grafana" / "dashboards" / home.rsplit("/", 1)[1]).exists()
     assert "EXPOSE 9400" in (REPO / "Dockerfile").read_text() and metrics_port == Settings().metrics_port
+
+
+def test_the_health_checks_ask_readyz_on_the_metrics_port_and_the_pool_may_give_its_jobs_back():
+    for name in ("worker", "monitor"):
+        service = INDEXER_SERVICES[name]
+        cfg = Settings(**{k.removeprefix("INDEXER_").lower(): v for k, v in env(service).items()})
+        (url,) = re.findall(r"'(http://[^']+)'", " ".join(service["healthcheck"]["test"]))
+        assert url == f"http://127.0.0.1:{cfg.metrics_port}/readyz", name
+    grace = INDEXER_SERVICES["worker"]["stop_grace_period"]
+    worker = Settings(**{k.removeprefix("INDEXER_").lower(): v for k, v in env(INDEXER_SERVICES["worker"]).items()})
+    assert grace.endswith("s") and int(grace[:-1]) >= pool.stop_seconds(worker) + 10
 
 
 def test_services_start_in_order():

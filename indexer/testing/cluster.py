@@ -4,6 +4,7 @@ may restart."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,12 @@ class OwnPostgres:
         log = str(Path(self.data).parent / "server.log")
         subprocess.run([*as_owner, f"{self.bin}/pg_ctl", "-D", self.data, "-l", log, "-w", *args], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        """Starts the server again after `pg_ctl stop`, with the options pg-start gave it (its port
+        among them), which PostgreSQL kept in postmaster.opts."""
+        options = shlex.split((Path(self.data) / "postmaster.opts").read_text())[1:]  # after the binary
+        self.pg_ctl("start", "-o", shlex.join(options))
 
     def stop(self) -> None:
         subprocess.run([str(REPO / "scripts" / "pg-stop"), self.bin, self.data], check=False)
