@@ -52,7 +52,10 @@ ENSURE = "SELECT chain_ensure_partitions(%(first)s, %(last)s, %(size)s, %(index_
 # A partition is ready for its index job when nothing is left to write into it: no job that
 # writes blocks or decoded events overlaps it, whatever its status (a failed job's blocks are
 # missing, so the partition is not done). One statement marks the partitions and enqueues their
-# jobs, so two reapers at once enqueue each job once (the second finds index_job_at set).
+# jobs, so two reapers at once enqueue each job once (the second finds index_job_at set). Claims
+# go by run_at: dated just before the plan that made the partition, an index job is claimed
+# before the ranges planned with it, so a backfill indexes its partitions as they fill, not after
+# its last range.
 ENQUEUE_INDEX_JOBS = f"""
 WITH ready AS (
     UPDATE chain_partitions p SET index_job_at = now()
@@ -62,10 +65,12 @@ WITH ready AS (
           WHERE j.kind IN ('index_blocks', 'decode_logs')
             AND job_block_number(j.payload->'from') <= p.last_block
             AND job_block_number(j.payload->'to') >= p.first_block)
-    RETURNING p.first_block, p.last_block
+    RETURNING p.first_block, p.last_block, p.created_at
 )
-INSERT INTO jobs (kind, payload)
-SELECT '{INDEX_PARTITION}', jsonb_build_object('from', first_block, 'to', last_block) FROM ready ORDER BY first_block
+INSERT INTO jobs (kind, payload, run_at)
+SELECT '{INDEX_PARTITION}', jsonb_build_object('from', first_block, 'to', last_block),
+       created_at - interval '1 microsecond'
+FROM ready ORDER BY first_block
 RETURNING (payload->>'from')::bigint
 """
 

@@ -3,10 +3,10 @@
 
 `indexer work --drain` with the default settings (2 workers unless told) indexes `--blocks`
 blocks of the mainnet-shaped node (indexer/testing/mainnet_node.py, every block precomputed
-before the run, so that the node costs about a millisecond of CPU a block), planned in the
-default 10,000-block jobs, partitions of `--partition-blocks` (small enough that several fill
-up and get their query indexes during the run, as a mainnet backfill's 1,000,000-block
-partitions do over its days), root checks as configured by default. Every `--sample` seconds:
+before the run, so that the node costs about a millisecond of CPU a block), planned in jobs of
+`--chunk` blocks and partitions of `--partition-blocks` (small enough that several fill up and
+get their query indexes during the run, as a mainnet backfill's 1,000,000-block partitions of
+100 jobs each do over its days); every other setting is the default. Every `--sample` seconds:
 blocks, transactions and logs stored; the CPU time of the indexer's processes, of the node and of
 the rest of the machine (PostgreSQL, mostly); the bytes of the chain tables and of their
 indexes; each worker's peak RSS; the disk's free space. The run stops early, and says so, when
@@ -19,7 +19,7 @@ first's. With several `--query-indexes` modes, each runs in turn on the same nod
 database each), and their totals are compared: wall time to the last index built, CPU.
 
     .venv/bin/python scripts/bench_growth.py [--blocks 66000] [--first 17100000] [--workers 2]
-        [--partition-blocks 10000] [--query-indexes after[,during]] [--database-url URL]
+        [--partition-blocks 10000] [--chunk 1000] [--query-indexes after[,during]] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) 
     env |= {"INDEXER_DATABASE_URL": url, "INDEXER_RPC_URL": node.url, "INDEXER_USE_FINALIZED": "false",
             "INDEXER_CONFIRMATIONS": "0", "INDEXER_METRICS_PORT": "0", "INDEXER_QUERY_INDEXES": mode,
             "INDEXER_PARTITION_BLOCKS": str(args.partition_blocks)}
-    for cmd in (["migrate"], ["plan", "--from", str(node.first), "--to", str(node.last + 1)]):
+    for cmd in (["migrate"], ["plan", "--from", str(node.first), "--to", str(node.last + 1), "--chunk", str(args.chunk)]):
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
     result = Run(mode)
     cpu: dict[int, float] = {}
@@ -187,6 +187,9 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=17_100_000, help="the first block (its era sets the shape)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--partition-blocks", type=int, default=10_000)
+    ap.add_argument("--chunk", type=int, default=1_000,
+                    help="blocks per job (default 1,000: ten jobs a partition, so that partitions finish, and get their"
+                    " indexes, during the run, as a mainnet backfill's 100 jobs a partition do)")
     ap.add_argument("--query-indexes", default="after", help="comma-separated INDEXER_QUERY_INDEXES modes to run")
     ap.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     ap.add_argument("--min-free-gb", type=float, default=8.0, help="stop when the disk has less free than this")
@@ -205,7 +208,8 @@ def main() -> None:
     with psycopg.connect(make_conninfo(args.database_url)) as c:
         settings = {name: c.execute(f"SHOW {name}").fetchone()[0]
                     for name in ("server_version", "shared_buffers", "max_wal_size", "maintenance_work_mem")}
-    print(f"PostgreSQL: {settings}; {args.workers} workers; partitions of {args.partition_blocks:,} blocks; "
+    print(f"PostgreSQL: {settings}; {args.workers} workers; jobs of {args.chunk:,} blocks, partitions of"
+          f" {args.partition_blocks:,} blocks; "
           f"mainnet-shaped blocks from {args.first:,}.")
     for result in results:
         report(result, args.blocks)

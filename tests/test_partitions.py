@@ -218,3 +218,17 @@ def test_a_database_with_unpartitioned_tables_migrates_in_place(blank_db_url):
         write(conn, load("mainnet-0"))
         assert [(p.first, p.last) for p in partitions.partitions(conn)][:2] == [(0, 18_000_000), (18_000_001, 18_999_999)]
         assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (4,)
+
+
+def test_a_finished_partitions_index_job_is_claimed_before_the_ranges_left(conn):
+    """A backfill indexes its partitions as they fill, not all after its last range."""
+    planner.plan(conn, 0, 40, 5, partition_blocks=10)
+    assert partitions.enqueue_index_jobs(conn) == []  # every partition has jobs left
+    for _ in range(4):  # blocks 0..9 and their decoding
+        (job,) = queue.claim(conn, "w", lease_seconds=60)
+        assert job.payload["from"] in (0, 5)
+        assert queue.complete(conn, job)
+    assert partitions.enqueue_index_jobs(conn) == [0]
+    assert partitions.enqueue_index_jobs(conn) == []  # once
+    (job,) = queue.claim(conn, "w", lease_seconds=60)
+    assert (job.kind, job.payload) == (INDEX_PARTITION, {"from": 0, "to": 9})
