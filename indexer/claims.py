@@ -39,6 +39,10 @@ class Ended:
     following: Claim | None = None  # claimed with the completion, to run next
 
 
+# A claim whose heartbeat, completion or defer found its lease taken back.
+LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back; stopping it")
+
+
 class HeldClaims:
     def __init__(self) -> None:
         self._claims: list[Claim] = []

@@ -13,7 +13,6 @@ run over the stored logs writes.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -21,7 +20,6 @@ import psycopg
 from . import abi, metrics, queue, token_transfers
 from .block_range import BlockRange
 from .claims import Ended, LostClaim, Stopping, Unrunnable
-from .index_blocks import LOST
 from .queue import Claim
 from .states import Outcome
 
@@ -70,10 +68,4 @@ def run(worker: Worker, job: Claim) -> Ended:
             metrics.counted.logs_skipped.labels(reason).inc(count)
         cursor = last + 1
 
-    done = Ended(Outcome.DONE, f"decoded blocks {blocks.first}..{blocks.last}")
-    with metrics.counted.claim_seconds.time():
-        finished, claims = queue.complete_and_claim(
-            conn, [job], worker.name, lease_seconds=worker.cfg.lease_seconds,
-            limit=0 if worker.stop.is_set() else 1)
-    following = claims[0] if claims else None
-    return replace(done if job.id in finished else LOST, following=following)
+    return worker.complete_and_claim(job, Ended(Outcome.DONE, f"decoded blocks {blocks.first}..{blocks.last}"))

@@ -21,7 +21,6 @@ Errors are raised to the worker, which gives the job back (`worker.py`).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import tenacity
@@ -29,7 +28,7 @@ import tenacity
 from . import chain, forks, metrics, queue, store
 from .block_range import BlockRange
 from .chain import ChainDataError, Rows
-from .claims import Ended, LostClaim, Stopping, Unrunnable
+from .claims import LOST, Ended, LostClaim, Stopping, Unrunnable
 from .prefetch import Batches
 from .queue import Claim
 from .rpc import RpcClient, RpcError
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back; stopping it")
 
 # Answers that disagree with each other (a reorg under the fetch, a node behind a load balancer
 # answering from two heights) are asked again this many times before the job is given back.
@@ -185,11 +183,4 @@ def run(worker: Worker, job: Claim) -> Ended:
     done = Ended(Outcome.DONE, f"blocks {blocks.first}..{end}")
     if worker.prefetch.ahead_job() is not None:
         return done if queue.complete(worker.conn, job) else LOST
-    # Claim the next job in the statement that completes this one, unless stopping.
-    with metrics.counted.claim_seconds.time():
-        finished, claims = queue.complete_and_claim(
-            worker.conn, [job], worker.name, lease_seconds=cfg.lease_seconds,
-            limit=0 if worker.stop.is_set() else 1)
-    # A job claimed with it is ours even if this one's claim was lost: it runs next.
-    following = claims[0] if claims else None
-    return replace(done if job.id in finished else LOST, following=following)
+    return worker.complete_and_claim(job, done)

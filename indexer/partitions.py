@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -57,14 +57,15 @@ ENSURE = "SELECT chain_ensure_partitions(%(first)s, %(last)s, %(size)s, %(index_
 # before the ranges planned with it, so a backfill indexes its partitions as they fill, not after
 # its last range.
 ENQUEUE_INDEX_JOBS = f"""
-WITH ready AS (
+WITH live AS (  -- one pass over the jobs, however many partitions wait
+    SELECT coalesce(range_agg(int8range(job_block_number(payload->'from'), job_block_number(payload->'to'), '[]')),
+                    '{{}}'::int8multirange) AS blocks
+    FROM jobs WHERE kind IN ('index_blocks', 'decode_logs')
+), ready AS (
     UPDATE chain_partitions p SET index_job_at = now()
+    FROM live
     WHERE p.indexed_at IS NULL AND p.index_job_at IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM jobs j
-          WHERE j.kind IN ('index_blocks', 'decode_logs')
-            AND job_block_number(j.payload->'from') <= p.last_block
-            AND job_block_number(j.payload->'to') >= p.first_block)
+      AND NOT live.blocks && int8range(p.first_block, p.last_block, '[]')
     RETURNING p.first_block, p.last_block, p.created_at
 )
 INSERT INTO jobs (kind, payload, run_at)
@@ -151,16 +152,8 @@ def run(worker: Worker, job: Claim) -> Ended:
         built += 1
     conn.execute(MARK_INDEXED, {"first": blocks.first})
     metrics.counted.partitions_indexed.inc()
-    done = Ended(Outcome.DONE, f"built {built} index(es) of the partition of blocks {blocks.first}..{blocks.last}")
-    with metrics.counted.claim_seconds.time():
-        finished, claims = queue.complete_and_claim(
-            conn, [job], worker.name, lease_seconds=worker.cfg.lease_seconds,
-            limit=0 if worker.stop.is_set() else 1)
-    following = claims[0] if claims else None
-    return replace(done if job.id in finished else _LOST, following=following)
-
-
-_LOST = Ended(Outcome.LOST_CLAIM, "its lease was taken back while its indexes were built")
+    return worker.complete_and_claim(
+        job, Ended(Outcome.DONE, f"built {built} index(es) of the partition of blocks {blocks.first}..{blocks.last}"))
 
 
 def _heartbeating(worker: Worker, job: Claim, statement: str) -> None:

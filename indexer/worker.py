@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
@@ -32,7 +32,7 @@ from . import db, decode_logs, endpoints, index_blocks, logs, metrics, partition
 from .block_range import DECODE_LOGS, INDEX_PARTITION
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
-from .claims import Ended, HeldClaims, LostClaim, Stopping, Unrunnable
+from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unrunnable
 from .errors import Secrets, first_line, redact
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
@@ -262,7 +262,7 @@ class Worker:
         except Unrunnable as exc:
             ended = self._give_back(job, str(exc), max_attempts=0)
         except LostClaim:
-            ended = index_blocks.LOST
+            ended = LOST
         except Stopping:
             return None  # run() gives back every job held
         except (RpcError, ChainDataError) as exc:
@@ -282,6 +282,16 @@ class Worker:
         self._record(job, ended.outcome, ended.detail, time.monotonic() - started)
         # Whatever became of this job, a claim made ahead or with its completion is still ours.
         return ended.following or self.prefetch.ahead_job()
+
+    def complete_and_claim(self, job: Claim, done: Ended) -> Ended:
+        """How a runner ends a job it finished: completed with its token, and the next job claimed
+        in the same statement (none while stopping). `done`, or LOST if the lease was taken back
+        meanwhile; either way with the job claimed, which is ours and runs next."""
+        with metrics.counted.claim_seconds.time():
+            finished, claims = queue.complete_and_claim(
+                self.conn, [job], self.name, lease_seconds=self.cfg.lease_seconds,
+                limit=0 if self.stop.is_set() else 1)
+        return replace(done if job.id in finished else LOST, following=claims[0] if claims else None)
 
     def _give_back(self, job: Claim, error: str, *, max_attempts: int | None = None) -> Ended:
         """Back to pending with backoff, or failed after the last attempt (`max_attempts=0`: now).

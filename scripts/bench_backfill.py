@@ -194,8 +194,13 @@ def drop_database(admin_url: str, name: str) -> None:
 
 
 def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: int, name: str, cores: Cores,
-                chunk: int | None = None, settings: dict[str, str] | None = None) -> tuple[float, int]:
+                chunk: int | None = None, settings: dict[str, str] | None = None,
+                tree: Path | None = None) -> tuple[float, int]:
+    """`indexer work --drain` over a fresh database; with `tree`, the `indexer` package of that
+    source tree (an older version, say) instead of this one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     env |= {"INDEXER_DATABASE_URL": fresh_database(admin_url, name), "INDEXER_RPC_URL": rpc_url,
             "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0", **(settings or {})}
     # The article's 10,000-block jobs, or fewer blocks per job (at least 100) on a short chain so
@@ -366,6 +371,11 @@ def main() -> None:
     ap.add_argument("--query-indexes", choices=("after", "during"), default="after",
                     help="INDEXER_QUERY_INDEXES for the indexer runs (and what the loader does likewise)")
     ap.add_argument("--partition-blocks", type=int, default=1_000_000, help="INDEXER_PARTITION_BLOCKS for the runs")
+    ap.add_argument("--indexer-tree", type=Path,
+                    help="run `indexer` from this source tree (e.g. a `git archive` of an older commit) instead of this one;"
+                    " the nodes, the ceiling and the breakdown stay this tree's")
+    ap.add_argument("--setting", action="append", default=[], metavar="INDEXER_NAME=VALUE",
+                    help="another setting for the indexer runs (repeatable), e.g. INDEXER_BATCH_TRANSACTIONS=1000")
     ap.add_argument("--plot", type=Path, help="write a PNG of blocks/s against workers here")
     ap.add_argument("--database-url", default=os.environ.get("INDEXER_BENCH_DATABASE_URL",
                                                              "postgresql://postgres@127.0.0.1:5432/postgres"))
@@ -375,6 +385,11 @@ def main() -> None:
             ap.error(f"--{name.replace('_', '-')} must be {'at least 1' if name == 'repeat' else '0 or more'}")
     workers = [int(w) for w in args.workers.split(",")]
     settings = {"INDEXER_QUERY_INDEXES": args.query_indexes, "INDEXER_PARTITION_BLOCKS": str(args.partition_blocks)}
+    for setting in args.setting:
+        name, _, value = setting.partition("=")
+        if not name.startswith("INDEXER_") or not value:
+            ap.error(f"--setting takes INDEXER_NAME=VALUE, not {setting!r}")
+        settings[name] = value
     loaded: list[tuple[int, float, Cores]] = []  # (indexer workers, loader blocks/s, its cores), for each run
     rows = []
     chains = []
@@ -419,7 +434,7 @@ def main() -> None:
                     cores = Cores(node.proc.pid)
                     rate, rss = indexer_run(args.database_url, node.url, first, head, n,
                                             f"bench_{os.getpid()}_{kind}_{n}", cores, chunk=args.chunk or None,
-                                            settings=settings)
+                                            settings=settings, tree=args.indexer_tree)
                     with Cores(node.proc.pid) as after_cores:
                         after = raw_ceiling(node.url, first, head)
                     # The machine's speed drifts: each run is held against the ceilings measured

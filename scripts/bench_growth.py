@@ -14,7 +14,7 @@ the disk would fall below `--min-free-gb`.
 
 Prints, per tenth of the run (by blocks): blocks/s, transactions/s and logs/s, CPU microseconds
 per row (a transaction or a log) of the indexer and of the rest, bytes per row of tables and of
-indexes at the tenth's end, and peak worker RSS; then the last tenth's throughput against the
+indexes at the tenth's end, WAL bytes per row written in it, and peak worker RSS; then the last tenth's throughput against the
 first's. With several `--query-indexes` modes, each runs in turn on the same node (a fresh
 database each), and their totals are compared: wall time to the last index built, CPU.
 
@@ -52,6 +52,7 @@ WHERE p.relname IN ('blocks', 'transactions', 'logs', 'withdrawals', 'token_tran
 GROUP BY 1
 """
 INDEXED = "SELECT count(*) FILTER (WHERE indexed_at IS NOT NULL), count(*) FROM chain_partitions"
+WAL = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8"  # the cluster's: nothing else should write
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Sample:
     index_bytes: int
     rss_mb: int  # the highest peak RSS of a worker so far
     indexed: tuple[int, int]  # partitions indexed, of
+    wal: float  # bytes of WAL the cluster has written
 
 
 @dataclass
@@ -92,7 +94,7 @@ def sample(conn: psycopg.Connection, started: float, pool: int, node: int, cpu: 
     return Sample(time.perf_counter() - started, blocks, int(transactions), int(logs), sum(cpu.values()),
                   cpu_seconds(node), machine_busy_seconds(), sum(int(t) for _, t, _ in sizes),
                   sum(int(i) for _, _, i in sizes), max(peaks.values(), default=0),
-                  tuple(conn.execute(INDEXED).fetchone()))
+                  tuple(conn.execute(INDEXED).fetchone()), conn.execute(WAL).fetchone()[0])
 
 
 def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) -> Run:
@@ -150,8 +152,8 @@ def report(result: Run, total_blocks: int) -> None:
           f"{last.logs:,} logs stored in {stored.at:,.0f} s, then {last.at - stored.at:,.0f} s to the end (decoding and"
           f" indexing the last ranges){'; ' + result.stopped if result.stopped else ''}\n")
     print("| tenth | blocks/s | transactions/s | logs/s | indexer CPU (us/row) | rest, PostgreSQL mostly (us/row) "
-          "| table bytes/row | index bytes/row | partitions indexed | peak worker RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| table bytes/row | index bytes/row | WAL bytes/row | partitions indexed | peak worker RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rates = []
     begin = samples[0]
     for tenth in range(1, 11):
@@ -165,10 +167,12 @@ def report(result: Run, total_blocks: int) -> None:
         rates.append(rate)
         print(f"| {tenth} | {rate:,.1f} | {(end.transactions - begin.transactions) / seconds:,.0f} "
               f"| {(end.logs - begin.logs) / seconds:,.0f} | {1e6 * indexer / max(rows, 1):.1f} | {1e6 * rest / max(rows, 1):.1f} "
-              f"| {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} | {end.indexed[0]} of {end.indexed[1]} "
+              f"| {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} "
+              f"| {(end.wal - begin.wal) / max(rows, 1):.0f} | {end.indexed[0]} of {end.indexed[1]} "
               f"| {end.rss_mb} |")
         begin = end
-    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first.\n")
+    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first; at the end, {last.indexed[0]} of"
+          f" {last.indexed[1]} partitions indexed, worker RSS at most {last.rss_mb} MB.\n")
     print("| table | rows | table bytes | index bytes | bytes/row (table + indexes) |")
     print("|---|---:|---:|---:|---:|")
     counts = {"blocks": last.blocks, "transactions": last.transactions, "logs": last.logs}

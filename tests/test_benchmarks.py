@@ -70,7 +70,7 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
 def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     before = bench_databases()
     out = run_script("scripts/bench_backfill.py", "--sparse", "0", "--dense", "0", "--mainnet", "30",
-                     "--mainnet-era", "19426587", "--workers", "2")
+                     "--mainnet-era", "19426587", "--workers", "2", "--loader")
     runs = [r for r in table_rows(out, "mainnet") if len(r) > 5]
     assert [(r[0], r[1], r[2]) for r in runs] == [("mainnet", "30", "2")]
     assert float(runs[0][4].replace(",", "")) > 0
@@ -80,6 +80,10 @@ def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     assert re.search(served, out), out
     breakdown = [r for r in table_rows(out, "mainnet") if len(r) == 4]
     assert len(breakdown) == 1 and all(float(x) > 0 for x in breakdown[0][1:])
+    # The lean loader of the same rows ran around the indexer, and the ratio is held against it.
+    (loaded,) = table_rows(out, "2 | ")
+    workers, indexer_rate, loader_rate, ratio = loaded[:4]
+    assert float(loader_rate.replace(",", "")) > 0 and ratio.endswith("x")
     assert bench_databases() == before
 
 
@@ -124,4 +128,28 @@ def test_bench_pod_measures_a_pool_and_its_give_back_on_sigterm():
     assert rows["jobs given back mid-way, by attempts spent"] in ("0: 1", "0: 2"), out
     assert float(rows["pool: peak of the processes' PSS, summed (MB)"].replace(",", "")) > 0
     assert int(rows["pool: most database sessions at once"]) >= 5  # 2 workers x 2, and the reaper
+    assert bench_databases() == before
+
+
+def test_bench_store_compares_versions_on_recorded_answers(tmp_path):
+    answers = tmp_path / "answers.json"
+    run_script("scripts/bench_store.py", "--record", str(answers), "--scale", "0.02")
+    before = bench_databases()
+    out = run_script("scripts/bench_store.py", "--answers", str(answers), "--trees", ".,.", "--rounds", "1")
+    rows = {(r[0].split()[0]): r for r in table_rows(out, "sparse") + table_rows(out, "dense") + table_rows(out, "mainnet")}
+    assert set(rows) == {"sparse", "dense", "mainnet"}, out
+    assert len(table_rows(out, "mainnet")) == 2  # this tree, twice
+    for row in table_rows(out, "mainnet"):
+        assert float(row[5]) > 100  # KiB a mainnet-shaped block: stored, tables and indexes
+    assert bench_databases() == before
+
+
+def test_bench_growth_runs_both_index_modes(tmp_path):
+    before = bench_databases()
+    out = run_script("scripts/bench_growth.py", "--blocks", "200", "--first", "18000000", "--partition-blocks", "100",
+                     "--chunk", "50", "--query-indexes", "after,during", "--sample", "0.5", "--disk-path", str(tmp_path))
+    assert "### INDEXER_QUERY_INDEXES=after: 200 blocks" in out and "### INDEXER_QUERY_INDEXES=during: 200 blocks" in out
+    assert len(table_rows(out, "10 ")) == 2, out  # a tenth of each run
+    assert out.count("at the end, 2 of 2 partitions indexed") == 2, out
+    assert [r[0] for r in table_rows(out, "after") + table_rows(out, "during")] == ["after", "during"]
     assert bench_databases() == before
