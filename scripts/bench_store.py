@@ -66,7 +66,7 @@ def _backend_cpu(pid: int) -> float:
 
 
 SIZES = """
-SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND c.relkind = 'r'
   AND (c.relname IN ('blocks', 'transactions', 'logs', 'withdrawals')
@@ -153,10 +153,11 @@ def main() -> None:
     for _ in range(args.rounds):
         for tree in trees:
             env = os.environ | {"PYTHONPATH": str(tree)}
-            out = subprocess.run([sys.executable, __file__, "--measure", "--answers", str(args.answers),
-                                  "--database-url", args.database_url], env=env, check=True, capture_output=True,
-                                 text=True).stdout
-            runs[tree].append(json.loads(out))
+            done = subprocess.run([sys.executable, __file__, "--measure", "--answers", str(args.answers),
+                                   "--database-url", args.database_url], env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"measuring {tree} failed:\n{done.stderr}")
+            runs[tree].append(json.loads(done.stdout))
             print(f"# {tree}: {runs[tree][-1]}", file=sys.stderr, flush=True)
     print(f"Each figure is per block: the runs of each version, in the order they ran ({args.rounds} rounds,"
           " alternating).\n")
