@@ -140,7 +140,8 @@ def test_bench_store_compares_versions_on_recorded_answers(tmp_path):
     assert set(rows) == {"sparse", "dense", "mainnet"}, out
     assert len(table_rows(out, "mainnet")) == 2  # this tree, twice
     for row in table_rows(out, "mainnet"):
-        assert float(row[5]) > 100  # KiB a mainnet-shaped block: stored, tables and indexes
+        # KiB a mainnet-shaped block, stored with its indexes, in each of the runs
+        assert all(float(kib) > 100 for kib in row[5].split(", ")), row
     assert bench_databases() == before
 
 
