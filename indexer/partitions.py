@@ -12,8 +12,9 @@ built on each partition when INDEXER_QUERY_INDEXES says:
   INDEXER_REAP_SECONDS; a draining worker too, before it exits) enqueues an `index_partition` job
   for it, which a worker runs (`run`): each index built with CREATE INDEX CONCURRENTLY, so the
   partition stays readable and writable (a repair may write into it), then the partition marked
-  indexed. One sort of a finished table costs less than keeping four indexes of random keys up to
-  date row by row while it fills (BENCHMARKS.md measures both).
+  indexed. One sort of a finished table costs less than keeping eight indexes, most of them of
+  random keys (hashes, addresses), up to date row by row while it fills (BENCHMARKS.md measures
+  both).
 - `during`: the indexes are made with each partition, empty, and kept up to date as rows arrive,
   so that a partition is queryable by hash or address while it fills.
 A query reads a partition without its indexes by scanning it; `indexer status` says which

@@ -95,9 +95,9 @@ def render(st: Status) -> str:
     else:
         lines.append("blocks   nothing planned yet: run `indexer plan --from A --to B`")
     if st.partitions:
-        lines.append(f"partitions {len(st.partitions):,} of the chain tables: " + ", ".join(
-            _partitions_in(state, [p for p in st.partitions if p.state == state]) for state in partitions.STATES
-            if any(p.state == state for p in st.partitions)))
+        by_state = {state: [p for p in st.partitions if p.state == state] for state in partitions.STATES}
+        lines.append(f"partitions {len(st.partitions):,} of the chain tables: "
+                     + ", ".join(_partitions_in(state, those) for state, those in by_state.items() if those))
     age = st.counts.oldest_pending_age_seconds
     lines.append(f"oldest pending job waiting: {'none' if age is None else f'{age:.1f} s'}")
     lines.append(f"expired leases in the last hour: {st.expired_leases_last_hour}")
