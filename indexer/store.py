@@ -82,14 +82,9 @@ def prepare(conn: psycopg.Connection) -> None:
         conn.commit()
 
 
-# Lines sent per write: joining a dense batch's lines at once held another copy of them, twice.
-COPY_LINES = 1000
-
-
 def _copy(conn: psycopg.Connection, statement: str, lines: list[str]) -> None:
     with conn.cursor().copy(statement) as copy:
-        for start in range(0, len(lines), COPY_LINES):
-            copy.write("\n".join(lines[start:start + COPY_LINES]) + "\n")
+        copy.write("\n".join(lines) + "\n")
 
 
 def write(conn: psycopg.Connection, rows: Rows) -> None:
