@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from .rows import ChainDataError
+from .rows import ZERO_BLOOM, ChainDataError
 
 # --- keccak-256 -----------------------------------------------------------------------------------
 
@@ -716,7 +716,6 @@ def encode_transaction_json(tx: dict[str, Any]) -> bytes:
 
 
 _EMPTY_BLOOM_AND_LOGS = b"\xb9\x01\x00" + bytes(256) + EMPTY_LIST
-_ZERO_BLOOM_JSON = "0x" + "00" * 256
 
 
 def encode_receipt_json(receipt: dict[str, Any], tx_type: int = 0, cache: dict[str, int] | None = None, *,
@@ -955,7 +954,7 @@ def check_block(block: dict[str, Any], receipts: list[dict[str, Any]], *, chain_
         if sent is None or bloom is None:
             continue
         if bloom is EMPTY_BLOOM:
-            if sent == _ZERO_BLOOM_JSON:
+            if sent == ZERO_BLOOM:
                 continue
         elif sent[2:] == bloom.hex():
             continue

@@ -259,7 +259,8 @@ def _data(value: str, number: int) -> str:
     raise ChainDataError(f"block {number}: a field is not hex data: {value[:40]!r}")
 
 
-_ZERO_BLOOM = "0x" + "0" * 512
+# The logs bloom of a block or receipt without logs, as a node sends it (roots.py compares with it too).
+ZERO_BLOOM = "0x" + "0" * 512
 _ZERO_BLOOM_FIELD = "\\\\x" + "0" * 512
 
 
@@ -267,7 +268,7 @@ def _bloom(value: str | None, number: int) -> str:
     """A logs bloom (256 bytes) as bytea, checked on its own: its 512 digits in a line's head
     cost more to check there than all the other short fields. Required: every header and every
     receipt has one, and NULL in logs_bloom marks a row stored before migration 005."""
-    if value == _ZERO_BLOOM:  # a block or receipt without logs, compared at once
+    if value == ZERO_BLOOM:  # a block or receipt without logs, compared at once
         return _ZERO_BLOOM_FIELD
     if value is None:
         raise ValueError("logsBloom is null")
