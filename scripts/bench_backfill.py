@@ -188,6 +188,16 @@ def fresh_database(admin_url: str, name: str) -> str:
     return make_conninfo(admin_url, dbname=name)
 
 
+def partitioned_database(admin_url: str, name: str, first: int, last: int, *, index_now: bool = False) -> str:
+    """A fresh database, migrated, with the partitions of blocks first..last, as `indexer plan`
+    makes them."""
+    url = fresh_database(admin_url, name)
+    with db.connect(url) as conn:
+        db.migrate(conn)
+        partitions.ensure(conn, first, last, index_now=index_now)
+    return url
+
+
 def drop_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -233,10 +243,7 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
     """Milliseconds per block of each step of a worker, done in order in this one process, with
     the worker's batch size (100 blocks, fewer when dense: about 600 transactions a batch)."""
     name = f"bench_{os.getpid()}_breakdown"
-    url = fresh_database(admin_url, name)
-    with db.connect(url) as conn:
-        db.migrate(conn)
-        partitions.ensure(conn, first_block, head)  # as `indexer plan` does
+    url = partitioned_database(admin_url, name, first_block, head)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
     spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
@@ -274,10 +281,7 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
     batches: the chain tables' rows as `chain.decode` makes them, and the token transfers the
     decode jobs make of them (decoded here in a scratch database, then copied out as text)."""
     name = f"bench_{os.getpid()}_encode"
-    url = fresh_database(admin_url, name)
-    with db.connect(url) as conn:
-        db.migrate(conn)
-        partitions.ensure(conn, first_block, head)
+    url = partitioned_database(admin_url, name, first_block, head)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
     batches = []
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
@@ -328,10 +332,7 @@ def lean_loader(admin_url: str, first: int, head: int, encoded: list[dict[str, l
     the database's own limit on this machine, for the same rows, tables and indexes."""
     global _ENCODED
     name = f"bench_{os.getpid()}_loader"
-    url = fresh_database(admin_url, name)
-    with db.connect(url) as conn:
-        db.migrate(conn)
-        partitions.ensure(conn, first, head, index_now=index_now)
+    url = partitioned_database(admin_url, name, first, head, index_now=index_now)
     _ENCODED = encoded
     fork = multiprocessing.get_context("fork")
     with cores:
