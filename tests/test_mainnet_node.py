@@ -92,6 +92,21 @@ def test_the_same_block_is_the_same_bytes_and_no_transaction_repeats():
         assert len(set(hashes)) == len(hashes)
 
 
+def test_a_precomputed_node_serves_every_block_without_hashing_its_transactions(monkeypatch):
+    # More blocks than the node keeps when it computes as it serves: a benchmark's node precomputes
+    # tens of thousands, and one that hashed every transaction again while serving would take the
+    # indexer's cores. What is left per block is its own hash, its parent's and its state root.
+    with MainnetNode(17_100_000, 17_100_019, templates=2, cache_blocks=4) as node:
+        node.precompute()
+        hashed = []
+        keccak = roots.keccak
+        monkeypatch.setattr(roots, "keccak", lambda data: hashed.append(data) or keccak(data))
+        for n in range(17_100_000, 17_100_020):
+            transactions = orjson.loads(node.block(n, True))["transactions"]
+            assert len(orjson.loads(node.receipts(n))) == len(transactions) > 50
+        assert len(hashed) <= 20 * 2 * 3
+
+
 def test_a_backfill_against_it_completes_and_verifies(db_url, conn, work):
     first, last = 19_426_587 - 150, 19_426_587 + 149  # Shanghai into Cancun
     with NodeProcess(first, last - first + 1, templates=8) as node:

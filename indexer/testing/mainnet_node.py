@@ -445,10 +445,10 @@ class MainnetNode:
         """Computes every block's hashes and roots now (about 4 ms a block of 150 transactions),
         so that serving them costs only the filling in of the markers; kept for the node's life
         (about 10 KB a block)."""
+        with self.lock:
+            self.cache_blocks = None  # before computing: a bounded cache would keep only the last blocks
         for number in range(self.first, self.last + 1):
             self._hashes(number)
-        with self.lock:
-            self.cache_blocks = None
 
     def _hashes(self, number: int) -> tuple[bytes, bytes, bytes]:
         """Block `number`'s transactions root, withdrawals root (or b"") and its transactions'
