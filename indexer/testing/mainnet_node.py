@@ -21,7 +21,8 @@ n picks which) and fills in its number, timestamp, hash, parent hash, state root
 distinct, and its hash is the keccak of an encoding spliced from the template's. That keccak
 per transaction and the transactions trie are the expensive part (about 4.5 ms of CPU for a
 block of the Shanghai era: keccak is eth-hash's, through pycryptodome); `precompute()`
-(`--precompute`) does it for every block before serving, after which serving costs about
+(`--precompute`) does it for every block before serving, in a forked process per core, after
+which serving costs about
 0.7 ms of CPU a block (its three answers: header, full block, receipts) in the node itself
 and 1.3 to 1.6 ms with its HTTP server (BENCHMARKS.md). Without it, the hashes of the last `cache_blocks` blocks
 served are kept. Receipts do not depend on transaction hashes, so the receipts root and
@@ -60,6 +61,8 @@ SIGTERM or Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import random
 import re
 import signal
@@ -187,6 +190,14 @@ _MARKER = re.compile(rb"\{\{(\w+)\}\}")
 
 _TX_MARKERS = [b"t%d" % i for i in range(2048)]
 _WITHDRAWAL_MARKERS = [b"w%d" % k for k in range(WITHDRAWALS_PER_BLOCK)]
+
+
+_PRECOMPUTING: MainnetNode | None = None  # the node whose blocks forked processes compute (`precompute`)
+
+
+def _compute(numbers: range) -> list[tuple[bytes, bytes, bytes]]:
+    assert _PRECOMPUTING is not None
+    return [_PRECOMPUTING._hashes(n) for n in numbers]
 
 
 def _split(value: Any) -> tuple[list[bytes], list[bytes]]:
@@ -441,14 +452,28 @@ class MainnetNode:
         # A multiplicative hash of the height: neighbouring blocks get unrelated templates.
         return built[((number * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) % self.templates]
 
-    def precompute(self) -> None:
-        """Computes every block's hashes and roots now (about 4 ms a block of 150 transactions),
-        so that serving them costs only the filling in of the markers; kept for the node's life
-        (about 10 KB a block)."""
+    def precompute(self, processes: int | None = None) -> None:
+        """Computes every block's hashes and roots now (about 4 ms of CPU a block of 150
+        transactions), in `processes` forked processes (one a core by default), so that serving
+        them costs only the filling in of the markers; kept for the node's life (about 10 KB a
+        block)."""
         with self.lock:
             self.cache_blocks = None  # before computing: a bounded cache would keep only the last blocks
-        for number in range(self.first, self.last + 1):
-            self._hashes(number)
+        numbers = range(self.first, self.last + 1)
+        processes = min(processes or os.cpu_count() or 1, max(1, len(numbers) // 1_000))
+        if processes == 1:
+            for number in numbers:
+                self._hashes(number)
+            return
+        global _PRECOMPUTING
+        _PRECOMPUTING = self
+        try:
+            with multiprocessing.get_context("fork").Pool(processes) as pool:
+                chunks = [numbers[i:i + 1_000] for i in range(0, len(numbers), 1_000)]
+                for chunk, computed in zip(chunks, pool.imap(_compute, chunks)):
+                    self._computed.update(zip(chunk, computed))
+        finally:
+            _PRECOMPUTING = None
 
     def _hashes(self, number: int) -> tuple[bytes, bytes, bytes]:
         """Block `number`'s transactions root, withdrawals root (or b"") and its transactions'
