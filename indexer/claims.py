@@ -51,6 +51,9 @@ class HeldClaims:
         if claim not in self._claims:
             self._claims.append(claim)
 
+    def claims(self) -> list[Claim]:
+        return list(self._claims)
+
     def release(self, claim: Claim) -> None:
         """No longer ours: finished, given back, or lost."""
         if claim in self._claims:

@@ -168,11 +168,19 @@ class Worker:
                 self._drop_connections()
                 self.stop.wait(delay)
         self.prefetch.shutdown()
-        self._give_back_held()
         try:
-            self.endpoint_rates.forget(self.conn)  # status drops this worker at once, not in a minute
-        except psycopg.Error:
-            pass  # its rows age out
+            self._give_back_held()
+        except psycopg.OperationalError as exc:
+            # Stopping with the database away: what is still held comes back to the queue when its
+            # lease runs out (the reaper).
+            held = ", ".join(str(job.id) for job in self.held.claims())
+            log.warning("database unavailable (%s); stopping without giving back job(s) %s: the reaper takes them "
+                        "back once their leases run out", redact(first_line(exc)), held)
+        else:
+            try:
+                self.endpoint_rates.forget(self.conn)  # status drops this worker at once, not in a minute
+            except psycopg.Error:
+                pass  # its rows age out
         self._drop_connections()
         return exit_code
 
@@ -224,6 +232,8 @@ class Worker:
 
     def _give_back_held(self) -> None:
         """After a reconnect or on shutdown: return the jobs we still hold, no attempt spent."""
+        if not self.held.claims():
+            return
         for job, kept in self.held.give_back_all(self.conn):
             if not kept:
                 self._record(job, Outcome.LOST_CLAIM, "its lease was taken back while we were away")

@@ -227,6 +227,31 @@ def test_a_database_restart_is_survived(own_postgres, chain_node, work):
         assert_matches_node(c, chain_node.url, 0, head)
 
 
+def test_a_worker_stopped_while_the_database_is_down_leaves_its_job_to_the_reaper(own_postgres, chain_node, work):
+    url = own_postgres.url
+    assert run_indexer("migrate", db_url=url).returncode == 0
+    assert run_indexer("plan", "--from", "0", "--to", "10", db_url=url).returncode == 0
+    with FaultProxy(chain_node.url, delay=0.5) as slow:
+        w = work(url, slow.url, "--workers", "1", "--batch-size", "1", INDEXER_LEASE_SECONDS="5")
+        with psycopg.connect(url, autocommit=True) as c:
+            job = wait_for(lambda: c.execute("SELECT id FROM jobs WHERE status = 'running'").fetchone(),
+                           "the job to be claimed")[0]
+        own_postgres.pg_ctl("-m", "fast", "stop")
+        wait_for(lambda: "database unavailable" in w.output(), "the worker to find the database gone")
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.wait(60) == 0, w.output()
+    assert "Traceback" not in w.output(), w.output()
+    assert (f"stopping without giving back job(s) {job}: the reaper takes them back once their leases run out"
+            in w.output()), w.output()
+    own_postgres.start()
+    with psycopg.connect(url, autocommit=True) as c:
+        def reaped() -> bool:
+            assert run_indexer("reap", db_url=url).returncode == 0
+            return c.execute("SELECT status FROM jobs WHERE id = %s", (job,)).fetchone()[0] == "pending"
+
+        wait_for(reaped, "the reaper to take the job back once its lease ran out")
+
+
 def test_reindexing_after_a_reorg_replaces_the_blocks_and_their_contents(db_url, conn, work):
     with Anvil("--no-mining") as node:
         build_chain(node, busy_blocks=8, empty_every=0)
