@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 
+import psycopg
 import requests
 
 from indexer import planner
@@ -82,6 +83,24 @@ def test_the_pool_is_unready_then_exits_1_when_no_node_endpoint_answers(db_url, 
     assert re.fullmatch(r"indexer work: error: no answer from any node endpoint for \d+ s "
                         r"\(INDEXER_GIVE_UP_SECONDS is 3\)", last), last
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone()[0] == 0
+
+
+def test_a_stopping_pool_is_unready_until_it_exits(db_url, conn, chain_node, work):
+    planner.plan(conn, 0, 10, 10)
+    port = free_port()
+    with FaultProxy(chain_node.url, delay=0.5) as slow:
+        w = work(db_url, slow.url, "--workers", "1", "--batch-size", "1", INDEXER_METRICS_PORT=str(port))
+        wait_for(lambda: conn.execute("SELECT 1 FROM jobs WHERE status = 'running'").fetchone(), "the job to be claimed")
+        assert wait_for(lambda: probe(port, "/readyz"), "the pool to serve") == (200, "ok\n")
+        with psycopg.connect(db_url) as holder:
+            # The worker cannot give its job back while this lock is held: the pool stays stopping.
+            holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            w.proc.send_signal(signal.SIGTERM)
+            assert wait_for(lambda: (p := probe(port, "/readyz")) and p[0] == 503 and p,
+                            "the pool to say it is stopping") == (503, "stopping\n")
+            assert probe(port, "/livez") == (200, "ok\n")
+        assert w.wait(60) == 0, w.output()
+    assert conn.execute("SELECT status FROM jobs").fetchall() == [("pending",)]  # given back once the lock went
 
 
 def test_the_monitor_is_alive_and_ready(db_url):
