@@ -7,14 +7,17 @@ before the run, so that the node costs about a millisecond of CPU a block), plan
 `--chunk` blocks and partitions of `--partition-blocks` (small enough that several fill up and
 get their query indexes during the run, as a mainnet backfill's 1,000,000-block partitions of
 100 jobs each do over its days); every other setting is the default. Every `--sample` seconds:
-blocks, transactions and logs stored; the CPU time of the indexer's processes, of the node and of
-the rest of the machine (PostgreSQL, mostly); the bytes of the chain tables and of their
-indexes; each worker's peak RSS; the disk's free space. The run stops early, and says so, when
-the disk would fall below `--min-free-gb`.
+blocks, transactions and logs stored; the CPU time of the indexer's processes, of the node, of
+the database's processes by what they serve (the workers' sessions, the index builds, the rest:
+`DatabaseCpu`, sampled every half second; the database must run on this machine) and of the
+rest of the machine; the bytes of the chain tables and of their indexes; each worker's peak
+RSS; the disk's free space. The run stops early, and says so, when the disk would fall below
+`--min-free-gb`.
 
 Prints, per tenth of the run (by blocks): blocks/s, transactions/s and logs/s, CPU microseconds
-per row (a transaction or a log) of the indexer and of the rest, bytes per row of tables and of
-indexes at the tenth's end, WAL bytes per row written in it, and peak worker RSS; then the last tenth's throughput against the
+per row (a transaction or a log) of the indexer and of its database sessions, the index builds'
+CPU seconds, the rest per row, bytes per row of tables and of indexes at the tenth's end, WAL
+bytes per row written in it, and peak worker RSS; then the last tenth's throughput against the
 first's. With several `--query-indexes` modes, each runs in turn on the same node (a fresh
 database each), and their totals are compared: wall time to the last index built, CPU.
 
@@ -30,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +55,74 @@ FROM pg_class p JOIN pg_inherits i ON i.inhparent = p.oid JOIN pg_class c ON c.o
 WHERE p.relname IN ('blocks', 'transactions', 'logs', 'withdrawals', 'token_transfers')
 GROUP BY 1
 """
+# Which database session serves what: the workers' own sessions, or the index builds' (each a
+# session of its own, with its parallel workers), or anything else (background processes, the
+# pool's health checks and reaper).
+SESSIONS = "SELECT pid, application_name, backend_type, leader_pid FROM pg_stat_activity"
+WORKERS, BUILDS, OTHER = "workers' sessions", "index builds", "other"
 INDEXED = "SELECT count(*) FILTER (WHERE indexed_at IS NOT NULL), count(*) FROM chain_partitions"
 WAL = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8"  # the cluster's: nothing else should write
+
+
+class DatabaseCpu(threading.Thread):
+    """The CPU time of the database's processes by what they serve (`WORKERS`, `BUILDS`, `OTHER`),
+    sampled every `every` seconds from /proc: the database must run on this machine. A process
+    that exits loses what it spent since its last sample (at most `every` seconds of it); the
+    workers' sessions and the background processes live through the run."""
+
+    def __init__(self, url: str, every: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.every = every
+        self.postmaster = _parent(self.conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+        self.seen: dict[int, tuple[str, float, float]] = {}  # pid -> (what, CPU when first seen, CPU when last seen)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._sample(baseline=True)
+
+    def totals(self) -> dict[str, float]:
+        """Sampled now."""
+        self._sample()
+        with self.lock:
+            totals = dict.fromkeys((WORKERS, BUILDS, OTHER), 0.0)
+            for what, first, last in self.seen.values():
+                totals[what] += last - first
+            return totals
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            self._sample()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join()
+        self.conn.close()
+
+    def _sample(self, baseline: bool = False) -> None:
+        """With `baseline`, what each process has spent already is not counted; a process first
+        seen later counts from its start."""
+        sessions = {pid: (app or "", kind, leader) for pid, app, kind, leader in self.conn.execute(SESSIONS)}
+        for pid in descendants(self.postmaster):
+            try:
+                cpu = cpu_seconds(pid)
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            app, kind, leader = sessions.get(pid, ("", "", None))
+            if leader is None and "parallel worker for PID " in title:
+                leader = int(title.split("parallel worker for PID ")[1].split()[0])
+            if leader is not None:
+                app = sessions.get(leader, ("",))[0]
+            what = (WORKERS if app.startswith("indexer worker") else BUILDS if app.startswith("indexer index builder")
+                    else OTHER)
+            with self.lock:
+                known = self.seen.get(pid)
+                first = known[1] if known else cpu if baseline else 0.0
+                self.seen[pid] = (known[0] if known and known[0] != OTHER else what, first, cpu)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @dataclass
@@ -69,6 +139,7 @@ class Sample:
     rss_mb: int  # the highest peak RSS of a worker so far
     indexed: tuple[int, int]  # partitions indexed, of
     wal: float  # bytes of WAL the cluster has written
+    database: dict[str, float]  # CPU seconds of the database's processes, by what they serve (`DatabaseCpu`)
 
 
 @dataclass
@@ -77,10 +148,11 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     stopped: str = ""  # why the run stopped before its last block, if it did
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # rows of each chain table at the end
 
 
 def sample(conn: psycopg.Connection, started: float, pool: int, node: int, cpu: dict[int, float],
-           peaks: dict[int, int]) -> Sample:
+           peaks: dict[int, int], database: DatabaseCpu) -> Sample:
     for pid in [pool, *descendants(pool)]:
         try:
             cpu[pid] = cpu_seconds(pid)
@@ -94,7 +166,7 @@ def sample(conn: psycopg.Connection, started: float, pool: int, node: int, cpu: 
     return Sample(time.perf_counter() - started, blocks, int(transactions), int(logs), sum(cpu.values()),
                   cpu_seconds(node), machine_busy_seconds(), sum(int(t) for _, t, _ in sizes),
                   sum(int(i) for _, _, i in sizes), max(peaks.values(), default=0),
-                  tuple(conn.execute(INDEXED).fetchone()), conn.execute(WAL).fetchone()[0])
+                  tuple(conn.execute(INDEXED).fetchone()), conn.execute(WAL).fetchone()[0], database.totals())
 
 
 def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) -> Run:
@@ -110,17 +182,19 @@ def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) 
     cpu: dict[int, float] = {}
     peaks: dict[int, int] = {}
     data_dir = Path(args.disk_path)
+    database = DatabaseCpu(url)
     with psycopg.connect(url, autocommit=True) as conn:
+        database.start()
         started = time.perf_counter()
         pool = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(args.workers), "--log-level", "WARNING"],
                                 env=env)
-        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks, database))
         while pool.poll() is None:
             try:
                 pool.wait(args.sample)
             except subprocess.TimeoutExpired:
                 pass
-            result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+            result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks, database))
             s = result.samples[-1]
             free_gb = shutil.disk_usage(data_dir).free / 1e9
             print(f"# {mode}: {s.at:,.0f} s, {s.blocks:,} blocks, {s.transactions:,} transactions, {s.logs:,} logs,"
@@ -131,8 +205,10 @@ def run(admin_url: str, node: NodeProcess, mode: str, args: argparse.Namespace) 
                 pool.send_signal(signal.SIGTERM)
         if pool.returncode not in (0, -signal.SIGTERM, 143) or (pool.returncode != 0 and not result.stopped):
             raise SystemExit(f"indexer work exited with {pool.returncode}")
-        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks))
+        result.samples.append(sample(conn, started, pool.pid, node.proc.pid, cpu, peaks, database))
+        database.finish()
         result.sizes = {t: (int(a), int(b)) for t, a, b in conn.execute(SIZES)}
+        result.counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in result.sizes}
     drop_database(admin_url, name)
     return result
 
@@ -151,36 +227,39 @@ def report(result: Run, total_blocks: int) -> None:
     print(f"\n### INDEXER_QUERY_INDEXES={result.mode}: {last.blocks:,} blocks, {last.transactions:,} transactions, "
           f"{last.logs:,} logs stored in {stored.at:,.0f} s, then {last.at - stored.at:,.0f} s to the end (decoding and"
           f" indexing the last ranges){'; ' + result.stopped if result.stopped else ''}\n")
-    print("| tenth | blocks/s | transactions/s | logs/s | indexer CPU (us/row) | rest, PostgreSQL mostly (us/row) "
-          "| table bytes/row | index bytes/row | WAL bytes/row | partitions indexed | peak worker RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    rates = []
+    print("| tenth | blocks/s | transactions/s | logs/s | indexer CPU (us/row) | its database sessions (us/row) "
+          "| index builds (CPU s) | the rest (us/row) | table bytes/row | index bytes/row | WAL bytes/row "
+          "| partitions indexed | peak worker RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rates, builds = [], []
     begin = samples[0]
     for tenth in range(1, 11):
         end = at_blocks(samples, last.blocks * tenth / 10)
         seconds = max(end.at - begin.at, 1e-9)
-        rows = (end.transactions - begin.transactions) + (end.logs - begin.logs)
+        rows = max((end.transactions - begin.transactions) + (end.logs - begin.logs), 1)
         indexer = end.indexer_cpu - begin.indexer_cpu
-        rest = max(0.0, (end.busy - begin.busy) - indexer - (end.node_cpu - begin.node_cpu))
+        sessions, built = (end.database[k] - begin.database[k] for k in (WORKERS, BUILDS))
+        rest = max(0.0, (end.busy - begin.busy) - indexer - (end.node_cpu - begin.node_cpu) - sessions - built)
         all_rows = max(end.transactions + end.logs, 1)
         rate = (end.blocks - begin.blocks) / seconds
         rates.append(rate)
+        builds.append((built, max(end.busy - begin.busy, 1e-9)))
         print(f"| {tenth} | {rate:,.1f} | {(end.transactions - begin.transactions) / seconds:,.0f} "
-              f"| {(end.logs - begin.logs) / seconds:,.0f} | {1e6 * indexer / max(rows, 1):.1f} | {1e6 * rest / max(rows, 1):.1f} "
-              f"| {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} "
-              f"| {(end.wal - begin.wal) / max(rows, 1):.0f} | {end.indexed[0]} of {end.indexed[1]} "
+              f"| {(end.logs - begin.logs) / seconds:,.0f} | {1e6 * indexer / rows:.1f} | {1e6 * sessions / rows:.1f} "
+              f"| {built:,.0f} | {1e6 * rest / rows:.1f} | {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} "
+              f"| {(end.wal - begin.wal) / rows:.0f} | {end.indexed[0]} of {end.indexed[1]} "
               f"| {end.rss_mb} |")
         begin = end
-    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first; at the end, {last.indexed[0]} of"
-          f" {last.indexed[1]} partitions indexed, worker RSS at most {last.rss_mb} MB.\n")
+    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first; index builds took "
+          f"{100 * builds[0][0] / builds[0][1]:.0f}% of the machine's busy CPU in the first tenth and "
+          f"{100 * builds[-1][0] / builds[-1][1]:.0f}% in the last; at the end, {last.indexed[0]} of"
+          f" {last.indexed[1]} partitions indexed, worker RSS at most {last.rss_mb} MB. Tail (after the last block):"
+          f" index builds {last.database[BUILDS] - stored.database[BUILDS]:,.0f} CPU s.\n")
     print("| table | rows | table bytes | index bytes | bytes/row (table + indexes) |")
     print("|---|---:|---:|---:|---:|")
-    counts = {"blocks": last.blocks, "transactions": last.transactions, "logs": last.logs}
     for table, (heap, index) in sorted(result.sizes.items()):
-        n = counts.get(table)
-        per_row = f"{(heap + index) / n:,.0f}" if n else "-"
-        print(f"| {table} | {n or '-':,} | {heap:,} | {index:,} | {per_row} |" if n else
-              f"| {table} | - | {heap:,} | {index:,} | - |")
+        n = result.counts[table]
+        print(f"| {table} | {n:,} | {heap:,} | {index:,} | {(heap + index) / max(n, 1):,.0f} |")
 
 
 def main() -> None:

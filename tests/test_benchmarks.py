@@ -153,4 +153,13 @@ def test_bench_growth_runs_both_index_modes(tmp_path):
     assert len(table_rows(out, "10 ")) == 2, out  # a tenth of each run
     assert out.count("at the end, 2 of 2 partitions indexed") == 2, out
     assert [r[0] for r in table_rows(out, "after") + table_rows(out, "during")] == ["after", "during"]
+    # Every table's rows counted, not estimated: 16 withdrawals a block since Shanghai.
+    assert [r[1] for r in table_rows(out, "withdrawals")] == ["3,200", "3,200"]
+    transfers = [int(r[1].replace(",", "")) for r in table_rows(out, "token_transfers")]
+    assert len(transfers) == 2 and transfers[0] == transfers[1] > 0
+    # The database's CPU by what it served: the workers' sessions' share is counted (a tenth of
+    # so short a run may fall between two samples, so in the whole run).
+    for mode in ("after", "during"):
+        run = out.split(f"### INDEXER_QUERY_INDEXES={mode}")[1].split("###")[0]
+        assert sum(float(r[5]) for n in range(1, 11) for r in table_rows(run, f"{n} |")) > 0, run
     assert bench_databases() == before
