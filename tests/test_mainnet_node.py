@@ -97,21 +97,23 @@ def test_the_same_block_is_the_same_bytes_and_no_transaction_repeats():
 def test_a_precomputed_node_serves_every_block_without_hashing_its_transactions(monkeypatch, first, blocks, processes):
     # More blocks than the node keeps when it computes as it serves: a benchmark's node precomputes
     # tens of thousands, and one that hashed every transaction again while serving would take the
-    # indexer's cores. What is left per block is its own hash, its parent's and its state root (and,
-    # once, the era's templates, which this process has not built yet).
+    # indexer's cores. What is left per block is its own hash, its parent's and its state root.
     last = first + blocks - 1
-    with MainnetNode(first, last, templates=2, cache_blocks=4) as node, \
-            MainnetNode(first, last, templates=2) as reference:
+    hashed = []
+    keccak = roots.keccak
+    with MainnetNode(first, last, templates=2) as reference:
+        expected = {n: (reference.block(n, True), reference.receipts(n)) for n in (first, first + blocks // 2, last)}
+    monkeypatch.setattr(roots, "keccak", lambda data: hashed.append(data) or keccak(data))
+    with MainnetNode(first, last, templates=2, cache_blocks=4) as node:
         node.precompute(processes)
-        hashed = []
-        keccak = roots.keccak
-        monkeypatch.setattr(roots, "keccak", lambda data: hashed.append(data) or keccak(data))
+        # Forked, the hashing is counted in the processes that did it, not here.
+        assert (len(hashed) < blocks) if processes > 1 else (len(hashed) > blocks * 5)
+        hashed.clear()
         served = [node.block(n, True) for n in range(first, last + 1)]
-        assert len(hashed) <= blocks * 3 + 100  # against about 25 a block of twelve transactions, computed as served
+        assert len(hashed) == blocks * 3
         assert sum(len(orjson.loads(b)["transactions"]) for b in served) > blocks * 5
-        for n in (first, first + blocks // 2, last):  # the same blocks as a node that computes as it serves
-            assert served[n - first] == reference.block(n, True)
-            assert node.receipts(n) == reference.receipts(n)
+        for n, (block, receipts) in expected.items():  # the same as a node that computes as it serves
+            assert (served[n - first], node.receipts(n)) == (block, receipts)
 
 
 def test_a_backfill_against_it_completes_and_verifies(db_url, conn, work):

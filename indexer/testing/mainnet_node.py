@@ -192,12 +192,39 @@ _TX_MARKERS = [b"t%d" % i for i in range(2048)]
 _WITHDRAWAL_MARKERS = [b"w%d" % k for k in range(WITHDRAWALS_PER_BLOCK)]
 
 
-_PRECOMPUTING: MainnetNode | None = None  # the node whose blocks forked processes compute (`precompute`)
+def _pick(templates: list[Template], number: int) -> Template:
+    # A multiplicative hash of the height: neighbouring blocks get unrelated templates.
+    return templates[((number * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) % len(templates)]
 
 
-def _compute(numbers: range) -> list[tuple[bytes, bytes, bytes]]:
-    assert _PRECOMPUTING is not None
-    return [_PRECOMPUTING._hashes(n) for n in numbers]
+def _block_hashes(template: Template, number: int) -> tuple[bytes, bytes, bytes]:
+    """Block `number`'s transactions root, withdrawals root (or b"") and its transactions'
+    hashes, each as 0x-prefixed hex, the hashes joined (66 bytes each)."""
+    r8 = number.to_bytes(8, "big")
+    encodings = [before + r8 + after for before, after in template.splices]
+    hashes = b"".join([b"0x" + roots.keccak(e).hex().encode() for e in encodings])
+    withdrawals_root = b""
+    if template.withdrawals:
+        first_index = WITHDRAWALS_PER_BLOCK * (number - 17_034_870)
+        withdrawals_root = b"0x" + roots.ordered_trie_root([
+            roots.rlp_list(roots.rlp_int(first_index + k) + rest)
+            for k, rest in enumerate(template.withdrawals)]).hex().encode()
+    return b"0x" + roots.ordered_trie_root(encodings).hex().encode(), withdrawals_root, hashes
+
+
+# Blocks a forked process computes at a time (`precompute`).
+PRECOMPUTE_CHUNK = 1_000
+_NODE: MainnetNode | None = None  # in a process forked by `precompute`, the node it computes for
+
+
+def _forked(node: MainnetNode) -> None:
+    global _NODE
+    _NODE = node
+
+
+def _compute_forked(numbers: range) -> list[tuple[bytes, bytes, bytes]]:
+    assert _NODE is not None
+    return _NODE._compute(numbers)
 
 
 def _split(value: Any) -> tuple[list[bytes], list[bytes]]:
@@ -449,52 +476,50 @@ class MainnetNode:
                     self._shapes = _recorded_shapes()
                 built = [Template(era, i, self._shapes or []) for i in range(self.templates)]
                 self._templates[era.name] = built
-        # A multiplicative hash of the height: neighbouring blocks get unrelated templates.
-        return built[((number * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) % self.templates]
+        return _pick(built, number)
 
     def precompute(self, processes: int | None = None) -> None:
         """Computes every block's hashes and roots now (about 4 ms of CPU a block of 150
         transactions), in `processes` forked processes (one a core by default), so that serving
         them costs only the filling in of the markers; kept for the node's life (about 10 KB a
-        block)."""
+        block). The templates are built here first: a forked process only computes, taking no
+        lock (one a request thread held at the fork would never be released there) and keeping
+        nothing."""
         with self.lock:
             self.cache_blocks = None  # before computing: a bounded cache would keep only the last blocks
+        for era in ERAS:
+            if self.first <= max(era.start, self.first) <= self.last:
+                self.template(max(era.start, self.first))
         numbers = range(self.first, self.last + 1)
-        processes = min(processes or os.cpu_count() or 1, max(1, len(numbers) // 1_000))
+        processes = min(processes or os.cpu_count() or 1, max(1, len(numbers) // PRECOMPUTE_CHUNK))
+        chunks = [numbers[i:i + PRECOMPUTE_CHUNK] for i in range(0, len(numbers), PRECOMPUTE_CHUNK)]
         if processes == 1:
-            for number in numbers:
-                self._hashes(number)
-            return
-        global _PRECOMPUTING
-        _PRECOMPUTING = self
+            computed = map(self._compute, chunks)
+        else:
+            pool = multiprocessing.get_context("fork").Pool(processes, initializer=_forked, initargs=(self,))
+            computed = pool.imap(_compute_forked, chunks)
         try:
-            with multiprocessing.get_context("fork").Pool(processes) as pool:
-                chunks = [numbers[i:i + 1_000] for i in range(0, len(numbers), 1_000)]
-                for chunk, computed in zip(chunks, pool.imap(_compute, chunks)):
-                    self._computed.update(zip(chunk, computed))
+            for chunk, hashes in zip(chunks, computed):
+                with self.lock:
+                    self._computed.update(zip(chunk, hashes))
         finally:
-            _PRECOMPUTING = None
+            if processes > 1:
+                pool.terminate()
+
+    def _compute(self, numbers: range) -> list[tuple[bytes, bytes, bytes]]:
+        """`_block_hashes` of each block, the templates built already (`precompute`)."""
+        built = self._templates
+        return [_block_hashes(_pick(built[era_of(n).name], n), n) for n in numbers]
 
     def _hashes(self, number: int) -> tuple[bytes, bytes, bytes]:
-        """Block `number`'s transactions root, withdrawals root (or b"") and its transactions'
-        hashes, each as 0x-prefixed hex, the hashes joined (66 bytes each)."""
+        """`_block_hashes` of block `number`, kept for the next time."""
         with self.lock:
             cached = self._computed.get(number)
             if cached is not None:
                 if self.cache_blocks is not None:
                     self._computed.move_to_end(number)
                 return cached
-        template = self.template(number)
-        r8 = number.to_bytes(8, "big")
-        encodings = [before + r8 + after for before, after in template.splices]
-        hashes = b"".join([b"0x" + roots.keccak(e).hex().encode() for e in encodings])
-        withdrawals_root = b""
-        if template.withdrawals:
-            first_index = WITHDRAWALS_PER_BLOCK * (number - 17_034_870)
-            withdrawals_root = b"0x" + roots.ordered_trie_root([
-                roots.rlp_list(roots.rlp_int(first_index + k) + rest)
-                for k, rest in enumerate(template.withdrawals)]).hex().encode()
-        computed = (b"0x" + roots.ordered_trie_root(encodings).hex().encode(), withdrawals_root, hashes)
+        computed = _block_hashes(self.template(number), number)
         with self.lock:
             self._computed[number] = computed
             while self.cache_blocks is not None and len(self._computed) > self.cache_blocks:
