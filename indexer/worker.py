@@ -11,7 +11,8 @@
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
 when no retry can help. A draining worker (`indexer work --drain`) stops when no job is pending
 or running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
-(`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent. The
+(`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent (with
+the database away, it cannot: it says which jobs the reaper will take back, and exits). The
 database going away is survived: the worker reconnects with backoff and gives back the jobs it
 held.
 """
@@ -173,14 +174,17 @@ class Worker:
         except psycopg.OperationalError as exc:
             # Stopping with the database away: what is still held comes back to the queue when its
             # lease runs out (the reaper).
-            held = ", ".join(str(job.id) for job in self.held.claims())
+            ids = ", ".join(str(claim.id) for claim in self.held.claims())
             log.warning("database unavailable (%s); stopping without giving back job(s) %s: the reaper takes them "
-                        "back once their leases run out", redact(first_line(exc)), held)
+                        "back once their leases run out", redact(first_line(exc)), ids)
         else:
-            try:
-                self.endpoint_rates.forget(self.conn)  # status drops this worker at once, not in a minute
-            except psycopg.Error:
-                pass  # its rows age out
+            # Not after a lost connection: a new one to a database that is away could outlast the
+            # pool's wait for this worker. Its rows age out instead.
+            if self._conn is not None:
+                try:
+                    self.endpoint_rates.forget(self._conn)  # status drops this worker at once, not in a minute
+                except psycopg.Error:
+                    pass  # its rows age out
         self._drop_connections()
         return exit_code
 
@@ -233,7 +237,7 @@ class Worker:
     def _give_back_held(self) -> None:
         """After a reconnect or on shutdown: return the jobs we still hold, no attempt spent."""
         if not self.held.claims():
-            return
+            return  # without connecting: on shutdown the database may be away
         for job, kept in self.held.give_back_all(self.conn):
             if not kept:
                 self._record(job, Outcome.LOST_CLAIM, "its lease was taken back while we were away")

@@ -93,13 +93,16 @@ def test_a_stopping_pool_is_unready_until_it_exits(db_url, conn, chain_node, wor
         wait_for(lambda: conn.execute("SELECT 1 FROM jobs WHERE status = 'running'").fetchone(), "the job to be claimed")
         assert wait_for(lambda: probe(port, "/readyz"), "the pool to serve") == (200, "ok\n")
         with psycopg.connect(db_url) as holder:
-            # The worker cannot give its job back while this lock is held: the pool stays stopping.
+            # The worker cannot give its job back while this lock is held: the pool stays stopping
+            # (for at most its 10 s wait for the worker, far longer than the probes take).
             holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
             w.proc.send_signal(signal.SIGTERM)
             assert wait_for(lambda: (p := probe(port, "/readyz")) and p[0] == 503 and p,
                             "the pool to say it is stopping") == (503, "stopping\n")
             assert probe(port, "/livez") == (200, "ok\n")
+            holder.rollback()
         assert w.wait(60) == 0, w.output()
+    assert "did not stop in time" not in w.output(), w.output()
     assert conn.execute("SELECT status FROM jobs").fetchall() == [("pending",)]  # given back once the lock went
 
 

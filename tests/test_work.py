@@ -230,7 +230,7 @@ def test_a_database_restart_is_survived(own_postgres, chain_node, work):
 def test_a_worker_stopped_while_the_database_is_down_leaves_its_job_to_the_reaper(own_postgres, chain_node, work):
     url = own_postgres.url
     assert run_indexer("migrate", db_url=url).returncode == 0
-    assert run_indexer("plan", "--from", "0", "--to", "10", db_url=url).returncode == 0
+    assert run_indexer("plan", "--from", "0", "--to", "100", db_url=url).returncode == 0  # far from done when stopped
     with FaultProxy(chain_node.url, delay=0.5) as slow:
         w = work(url, slow.url, "--workers", "1", "--batch-size", "1", INDEXER_LEASE_SECONDS="5")
         with psycopg.connect(url, autocommit=True) as c:
@@ -245,11 +245,10 @@ def test_a_worker_stopped_while_the_database_is_down_leaves_its_job_to_the_reape
             in w.output()), w.output()
     own_postgres.start()
     with psycopg.connect(url, autocommit=True) as c:
-        def reaped() -> bool:
-            assert run_indexer("reap", db_url=url).returncode == 0
-            return c.execute("SELECT status FROM jobs WHERE id = %s", (job,)).fetchone()[0] == "pending"
-
-        wait_for(reaped, "the reaper to take the job back once its lease ran out")
+        wait_for(lambda: c.execute("SELECT locked_until < now() FROM jobs WHERE id = %s", (job,)).fetchone()[0],
+                 "the lease the worker could not give back to run out")
+        assert run_indexer("reap", db_url=url).returncode == 0
+        assert c.execute("SELECT status FROM jobs WHERE id = %s", (job,)).fetchone()[0] == "pending"
 
 
 def test_reindexing_after_a_reorg_replaces_the_blocks_and_their_contents(db_url, conn, work):
