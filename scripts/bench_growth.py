@@ -8,18 +8,19 @@ before the run, so that the node costs about a millisecond of CPU a block), plan
 get their query indexes during the run, as a mainnet backfill's 1,000,000-block partitions of
 100 jobs each do over its days); every other setting is the default. Every `--sample` seconds:
 blocks, transactions and logs stored; the CPU time of the indexer's processes, of the node, of
-the database's processes by what they serve (the workers' sessions, the index builds, the rest:
-`DatabaseCpu`, sampled every half second; the database must run on this machine) and of the
-rest of the machine; the bytes of the chain tables and of their indexes; each worker's peak
-RSS; the disk's free space. The run stops early, and says so, when the disk would fall below
-`--min-free-gb`.
+the database's processes by what they serve (the workers' sessions, the index builds,
+autovacuum: `DatabaseCpu`, sampled every half second; the database must run on this machine)
+and of the rest of the machine; the bytes of the chain tables and of their indexes; each
+worker's peak RSS; the disk's free space. The run stops early, and says so, when the disk would
+fall below `--min-free-gb`.
 
 Prints, per tenth of the run (by blocks): blocks/s, transactions/s and logs/s, CPU microseconds
-per row (a transaction or a log) of the indexer and of its database sessions, the index builds'
-CPU seconds, the rest per row, bytes per row of tables and of indexes at the tenth's end, WAL
-bytes per row written in it, and peak worker RSS; then the last tenth's throughput against the
-first's. With several `--query-indexes` modes, each runs in turn on the same node (a fresh
-database each), and their totals are compared: wall time to the last index built, CPU.
+per row (a transaction or a log) of the indexer and of its database sessions, the CPU seconds of
+the index builds and of autovacuum, the rest per row, bytes per row of tables and of indexes at
+the tenth's end, WAL bytes per row written in it, and peak worker RSS; then the last tenth's
+throughput against the first's, and every table's rows and bytes. With several
+`--query-indexes` modes, each runs in turn on the same node (a fresh database each), and their
+totals are compared: wall time to the last index built, CPU.
 
     .venv/bin/python scripts/bench_growth.py [--blocks 66000] [--first 17100000] [--workers 2]
         [--partition-blocks 10000] [--chunk 1000] [--query-indexes after[,during]] [--database-url URL]
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -55,27 +57,36 @@ FROM pg_class p JOIN pg_inherits i ON i.inhparent = p.oid JOIN pg_class c ON c.o
 WHERE p.relname IN ('blocks', 'transactions', 'logs', 'withdrawals', 'token_transfers')
 GROUP BY 1
 """
-# Which database session serves what: the workers' own sessions, or the index builds' (each a
-# session of its own, with its parallel workers), or anything else (background processes, the
-# pool's health checks and reaper).
-SESSIONS = "SELECT pid, application_name, backend_type, leader_pid FROM pg_stat_activity"
-WORKERS, BUILDS, OTHER = "workers' sessions", "index builds", "other"
+# Which database process serves what: the workers' own sessions, the index builds' (each a
+# session of its own, with its parallel workers), autovacuum, or anything else (the background
+# writers, the pool's health checks and reaper).
+SESSIONS = """
+SELECT pid, application_name, backend_type, leader_pid, datname = current_database() FROM pg_stat_activity
+"""
+WORKERS, BUILDS, AUTOVACUUM, OTHER = "workers' sessions", "index builds", "autovacuum", "other"
 INDEXED = "SELECT count(*) FILTER (WHERE indexed_at IS NOT NULL), count(*) FROM chain_partitions"
 WAL = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8"  # the cluster's: nothing else should write
 
 
 class DatabaseCpu(threading.Thread):
-    """The CPU time of the database's processes by what they serve (`WORKERS`, `BUILDS`, `OTHER`),
-    sampled every `every` seconds from /proc: the database must run on this machine. A process
-    that exits loses what it spent since its last sample (at most `every` seconds of it); the
-    workers' sessions and the background processes live through the run."""
+    """The CPU time of this database's processes by what they serve (`WORKERS`, `BUILDS`,
+    `AUTOVACUUM`, `OTHER`), sampled every `every` seconds from /proc: the database must run on
+    this machine, in its process namespace. A process that exits loses what it spent since its
+    last sample (at most `every` seconds of it); the workers' sessions and the background
+    processes live through the run. Sessions of other databases of the cluster are left out."""
 
     def __init__(self, url: str, every: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.conn = psycopg.connect(url, autocommit=True)
         self.every = every
-        self.postmaster = _parent(self.conn.execute("SELECT pg_backend_pid()").fetchone()[0])
-        self.seen: dict[int, tuple[str, float, float]] = {}  # pid -> (what, CPU when first seen, CPU when last seen)
+        backend = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        self.postmaster = _parent(backend) if Path(f"/proc/{backend}").exists() else None
+        if self.postmaster is None or b"postgres" not in Path(f"/proc/{self.postmaster}/cmdline").read_bytes():
+            raise SystemExit("bench_growth: the database's processes are not this machine's (a container or another"
+                             " host?): its CPU cannot be read from /proc")
+        # (pid, start time) -> (what, CPU when first seen, CPU when last seen): a pid used again
+        # is another process.
+        self.seen: dict[tuple[int, int], tuple[str, float, float]] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self._sample(baseline=True)
@@ -84,7 +95,7 @@ class DatabaseCpu(threading.Thread):
         """Sampled now."""
         self._sample()
         with self.lock:
-            totals = dict.fromkeys((WORKERS, BUILDS, OTHER), 0.0)
+            totals = dict.fromkeys((WORKERS, BUILDS, AUTOVACUUM, OTHER), 0.0)
             for what, first, last in self.seen.values():
                 totals[what] += last - first
             return totals
@@ -100,25 +111,32 @@ class DatabaseCpu(threading.Thread):
 
     def _sample(self, baseline: bool = False) -> None:
         """With `baseline`, what each process has spent already is not counted; a process first
-        seen later counts from its start."""
-        sessions = {pid: (app or "", kind, leader) for pid, app, kind, leader in self.conn.execute(SESSIONS)}
-        for pid in descendants(self.postmaster):
-            try:
-                cpu = cpu_seconds(pid)
-                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            app, kind, leader = sessions.get(pid, ("", "", None))
-            if leader is None and "parallel worker for PID " in title:
-                leader = int(title.split("parallel worker for PID ")[1].split()[0])
-            if leader is not None:
-                app = sessions.get(leader, ("",))[0]
-            what = (WORKERS if app.startswith("indexer worker") else BUILDS if app.startswith("indexer index builder")
-                    else OTHER)
-            with self.lock:
-                known = self.seen.get(pid)
+        seen later counts from its start. One sample at a time (this thread's, and `totals`'):
+        an older reading must not overwrite a newer one."""
+        with self.lock:
+            sessions = {pid: (app or "", kind, leader, mine)
+                        for pid, app, kind, leader, mine in self.conn.execute(SESSIONS)}
+            for pid in descendants(self.postmaster):
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except (FileNotFoundError, ProcessLookupError):
+                    continue
+                cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+                app, kind, leader, mine = sessions.get(pid, ("", "", None, None))
+                if leader is None and (found := re.search(r"parallel worker for PID (\d+)", title)):
+                    leader = int(found[1])
+                if leader is not None:
+                    app, _, _, mine = sessions.get(leader, ("", "", None, None))
+                what = OTHER
+                if mine:
+                    what = (WORKERS if app.startswith("indexer worker") else
+                            BUILDS if app.startswith("indexer index builder") else
+                            AUTOVACUUM if kind == "autovacuum worker" else OTHER)
+                key = (pid, int(stat[19]))
+                known = self.seen.get(key)
                 first = known[1] if known else cpu if baseline else 0.0
-                self.seen[pid] = (known[0] if known and known[0] != OTHER else what, first, cpu)
+                self.seen[key] = (known[0] if known and known[0] != OTHER else what, first, cpu)
 
 
 def _parent(pid: int) -> int:
@@ -228,38 +246,40 @@ def report(result: Run, total_blocks: int) -> None:
           f"{last.logs:,} logs stored in {stored.at:,.0f} s, then {last.at - stored.at:,.0f} s to the end (decoding and"
           f" indexing the last ranges){'; ' + result.stopped if result.stopped else ''}\n")
     print("| tenth | blocks/s | transactions/s | logs/s | indexer CPU (us/row) | its database sessions (us/row) "
-          "| index builds (CPU s) | the rest (us/row) | table bytes/row | index bytes/row | WAL bytes/row "
-          "| partitions indexed | peak worker RSS (MB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    rates, builds = [], []
+          "| index builds (CPU s) | autovacuum (CPU s) | the rest (us/row) | table bytes/row | index bytes/row "
+          "| WAL bytes/row | partitions indexed | peak worker RSS (MB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rates, maintenance = [], []
     begin = samples[0]
     for tenth in range(1, 11):
         end = at_blocks(samples, last.blocks * tenth / 10)
         seconds = max(end.at - begin.at, 1e-9)
         rows = max((end.transactions - begin.transactions) + (end.logs - begin.logs), 1)
         indexer = end.indexer_cpu - begin.indexer_cpu
-        sessions, built = (end.database[k] - begin.database[k] for k in (WORKERS, BUILDS))
-        rest = max(0.0, (end.busy - begin.busy) - indexer - (end.node_cpu - begin.node_cpu) - sessions - built)
+        sessions, built, vacuumed = (end.database[k] - begin.database[k] for k in (WORKERS, BUILDS, AUTOVACUUM))
+        rest = max(0.0, (end.busy - begin.busy) - indexer - (end.node_cpu - begin.node_cpu) - sessions - built - vacuumed)
         all_rows = max(end.transactions + end.logs, 1)
         rate = (end.blocks - begin.blocks) / seconds
         rates.append(rate)
-        builds.append((built, max(end.busy - begin.busy, 1e-9)))
+        maintenance.append((built + vacuumed, max(end.busy - begin.busy, 1e-9)))
         print(f"| {tenth} | {rate:,.1f} | {(end.transactions - begin.transactions) / seconds:,.0f} "
               f"| {(end.logs - begin.logs) / seconds:,.0f} | {1e6 * indexer / rows:.1f} | {1e6 * sessions / rows:.1f} "
-              f"| {built:,.0f} | {1e6 * rest / rows:.1f} | {end.table_bytes / all_rows:.0f} | {end.index_bytes / all_rows:.0f} "
+              f"| {built:,.0f} | {vacuumed:,.0f} | {1e6 * rest / rows:.1f} | {end.table_bytes / all_rows:.0f} "
+              f"| {end.index_bytes / all_rows:.0f} "
               f"| {(end.wal - begin.wal) / rows:.0f} | {end.indexed[0]} of {end.indexed[1]} "
               f"| {end.rss_mb} |")
         begin = end
-    print(f"\nThe last tenth at {rates[-1] / rates[0]:.2f}x the blocks/s of the first; index builds took "
-          f"{100 * builds[0][0] / builds[0][1]:.0f}% of the machine's busy CPU in the first tenth and "
-          f"{100 * builds[-1][0] / builds[-1][1]:.0f}% in the last; at the end, {last.indexed[0]} of"
-          f" {last.indexed[1]} partitions indexed, worker RSS at most {last.rss_mb} MB. Tail (after the last block):"
-          f" index builds {last.database[BUILDS] - stored.database[BUILDS]:,.0f} CPU s.\n")
+    print(f"\nThe last tenth at {rates[-1] / rates[0] if rates[0] else float('nan'):.2f}x the blocks/s of the first; index builds and autovacuum took "
+          f"{100 * maintenance[0][0] / maintenance[0][1]:.0f}% of the machine's busy CPU in the first tenth and "
+          f"{100 * maintenance[-1][0] / maintenance[-1][1]:.0f}% in the last; at the end, {last.indexed[0]} of"
+          f" {last.indexed[1]} partitions indexed, worker RSS at most {last.rss_mb} MB. In all: index builds"
+          f" {last.database[BUILDS]:,.0f} CPU s ({last.database[BUILDS] - stored.database[BUILDS]:,.0f} after the last"
+          f" block), autovacuum {last.database[AUTOVACUUM]:,.0f}.\n")
     print("| table | rows | table bytes | index bytes | bytes/row (table + indexes) |")
     print("|---|---:|---:|---:|---:|")
     for table, (heap, index) in sorted(result.sizes.items()):
         n = result.counts[table]
-        print(f"| {table} | {n:,} | {heap:,} | {index:,} | {(heap + index) / max(n, 1):,.0f} |")
+        print(f"| {table} | {n:,} | {heap:,} | {index:,} | {f'{(heap + index) / n:,.0f}' if n else '-'} |")
 
 
 def main() -> None:
@@ -298,7 +318,7 @@ def main() -> None:
         report(result, args.blocks)
     if len(results) > 1:
         print("| INDEXER_QUERY_INDEXES | wall time to the last index built (s) | blocks/s | indexer CPU (s) "
-              "| rest, PostgreSQL mostly (s) |")
+              "| PostgreSQL and the rest (s) |")
         print("|---|---:|---:|---:|---:|")
         for r in results:
             first, last = r.samples[0], r.samples[-1]
