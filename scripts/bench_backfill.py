@@ -203,11 +203,17 @@ def drop_database(admin_url: str, name: str) -> None:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+# When the last range was indexed (its job archived), in seconds since the epoch.
+LAST_RANGE_INDEXED = "SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs_history WHERE kind = 'index_blocks'"
+
+
 def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: int, name: str, cores: Cores,
                 chunk: int | None = None, settings: dict[str, str] | None = None,
-                tree: Path | None = None) -> tuple[float, int]:
+                tree: Path | None = None) -> tuple[float, float, int]:
     """`indexer work --drain` over a fresh database; with `tree`, the `indexer` package of that
-    source tree (an older version, say) instead of this one."""
+    source tree (an older version, say) instead of this one. Returns blocks/s to the pool's exit
+    (the ranges' decoding and the query indexes included) and to the last range indexed (its
+    blocks all stored), and the peak worker RSS in MB."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
@@ -219,6 +225,8 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
     chunk = chunk or max(100, min(10_000, blocks // 20))
     for cmd in (["migrate"], ["plan", "--from", str(first), "--to", str(head + 1), "--chunk", str(chunk)]):
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
+    with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:  # the database's clock, which dates the jobs
+        started_at = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
     with cores:
         started = time.perf_counter()
         proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"],
@@ -233,9 +241,10 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
         raise SystemExit(f"indexer work exited with {rc}")
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:
         stored = c.execute("SELECT count(*) FROM blocks").fetchone()[0]
+        indexed = c.execute(LAST_RANGE_INDEXED).fetchone()[0] - started_at
     assert stored == blocks, (stored, blocks)
     drop_database(admin_url, name)
-    return blocks / elapsed, max(watch.peaks.values(), default=0) // 1024
+    return blocks / elapsed, blocks / indexed, max(watch.peaks.values(), default=0) // 1024
 
 
 def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
@@ -392,6 +401,7 @@ def main() -> None:
             ap.error(f"--setting takes INDEXER_NAME=VALUE, not {setting!r}")
         settings[name] = value
     loaded: list[tuple[int, float, Cores]] = []  # (indexer workers, loader blocks/s, its cores), for each run
+    paired: dict[tuple[str, int, int], tuple[float, float]] = {}  # (chain, repeat, workers) -> both blocks/s
     rows = []
     chains = []
     breakdowns = {}
@@ -430,10 +440,10 @@ def main() -> None:
 
             if encoded:
                 loader_before = load()
-            for _ in range(args.repeat):
+            for repeat in range(args.repeat):
                 for n in workers:
                     cores = Cores(node.proc.pid)
-                    rate, rss = indexer_run(args.database_url, node.url, first, head, n,
+                    rate, indexed_rate, rss = indexer_run(args.database_url, node.url, first, head, n,
                                             f"bench_{os.getpid()}_{kind}_{n}", cores, chunk=args.chunk or None,
                                             settings=settings, tree=args.indexer_tree)
                     with Cores(node.proc.pid) as after_cores:
@@ -441,9 +451,11 @@ def main() -> None:
                     # The machine's speed drifts: each run is held against the ceilings measured
                     # just before and just after it.
                     ceiling = (before + after) / 2
-                    rows.append((kind, head - first + 1, n, ceiling, rate, rss, before_cores, cores))
+                    rows.append((kind, head - first + 1, n, ceiling, rate, rss, before_cores, cores, indexed_rate))
+                    paired[kind, repeat, n] = rate, indexed_rate
                     print(f"# {kind} workers={n}: ceiling {before:,.0f} then {after:,.0f} blocks/s, indexer "
-                          f"{rate:,.0f} blocks/s ({rate / ceiling:.2f}x), peak worker RSS {rss} MB, cores "
+                          f"{rate:,.0f} blocks/s ({rate / ceiling:.2f}x; {indexed_rate:,.0f} to the last range indexed), "
+                          f"peak worker RSS {rss} MB, cores "
                           f"node/client/rest: ceiling {before_cores}, indexer {cores}", file=sys.stderr, flush=True)
                     before, before_cores = after, after_cores
                     if encoded:
@@ -461,18 +473,28 @@ def main() -> None:
     print(f"Median of {args.repeat} run(s) at each worker count; each held against the mean of the ceilings measured just "
           "before and just after it.\n")
     print("| chain | blocks | workers | raw ceiling (blocks/s) | indexer work (blocks/s) | ratio "
+          "| indexer work, to the last range indexed (blocks/s) "
           "| peak worker RSS (MB) | cores busy, ceiling: node / client / rest | cores busy, indexer: node / indexer / rest |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores in rows:
-        print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {rss} "
-              f"| {c_cores} | {i_cores} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores, indexed_rate in rows:
+        print(f"| {kind} | {blocks:,} | {n} | {ceiling:,.0f} | {rate:,.0f} | {rate / ceiling:.2f}x | {indexed_rate:,.0f} "
+              f"| {rss} | {c_cores} | {i_cores} |")
+    print()
+    # More workers against one on the same chain, each run against the 1-worker run of its own
+    # repeat (the machine's speed drifts): to the pool's exit, and to the last range indexed (the
+    # decoding and query index builds that follow it left out).
+    for (kind, repeat, n), (rate, indexed_rate) in paired.items():
+        one = paired.get((kind, repeat, 1))
+        if one is not None and n > 1:
+            print(f"{kind}, run {repeat + 1}: {n} workers against 1: {rate / one[0]:.2f}x to the pool's exit, "
+                  f"{indexed_rate / one[1]:.2f}x to the last range indexed")
     print()
     print("CPU per block (cores busy over blocks/s) in the indexer runs; the node's capacity is what one core (its "
           "GIL) could serve at its CPU per block, against the blocks/s the indexer took from it.\n")
     print("| run | node (ms CPU/block) | indexer processes (ms CPU/block) | rest, PostgreSQL mostly (ms CPU/block) "
           "| node's capacity (blocks/s) | capacity / indexer |")
     print("|---|---:|---:|---:|---:|---:|")
-    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores in rows:
+    for kind, blocks, n, ceiling, rate, rss, c_cores, i_cores, _ in rows:
         node_ms = 1000 * i_cores.node / rate
         one_core = f"{1000 / node_ms:,.0f} | {1000 / node_ms / rate:,.1f}x" if node_ms > 0 else "- | -"
         print(f"| {n} workers on {kind} | {node_ms:.2f} | {1000 * i_cores.client / rate:.2f} "
