@@ -60,6 +60,11 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
                      "--workers", "1,2", "--plot", str(plot))
     rows = table_rows(out, "sparse") + table_rows(out, "dense")
     assert [(r[0], r[2]) for r in rows if len(r) > 5] == [("sparse", "1"), ("sparse", "2"), ("dense", "1"), ("dense", "2")]
+    # Each run's speed to the last range indexed, before the decoding and index builds that follow it.
+    assert all(float(r[6].replace(",", "")) >= float(r[4].replace(",", "")) > 0 for r in rows if len(r) > 5), out
+    for chain in ("sparse", "dense"):
+        assert re.search(rf"{chain}, run 1: 2 workers against 1: [\d.]+x to the pool's exit, [\d.]+x to the last "
+                         "range indexed", out), out
     breakdown = [r for r in rows if len(r) == 4]
     assert [r[0] for r in breakdown] == ["sparse", "dense"]
     assert all(float(x) > 0 for r in breakdown for x in r[1:])
@@ -84,6 +89,17 @@ def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     (loaded,) = table_rows(out, "2 | ")
     workers, indexer_rate, loader_rate, ratio = loaded[:4]
     assert float(loader_rate.replace(",", "")) > 0 and ratio.endswith("x")
+    assert bench_databases() == before
+
+
+def test_bench_index_builds_builds_one_partitions_indexes_each_way():
+    before = bench_databases()
+    out = run_script("scripts/bench_index_builds.py", "--blocks", "100", "--first", "18000000",
+                     "--ways", "concurrently:64MB:2,plain:8MB:0")
+    assert re.search(r"One partition of 100 mainnet-shaped blocks from 18,000,000: [\d,]+ transactions", out), out
+    rows = table_rows(out, "concurrently") + table_rows(out, "plain")
+    assert [r[:3] for r in rows] == [["concurrently", "64MB", "2"], ["plain", "8MB", "0"]], out
+    assert all(float(r[3]) > 0 for r in rows), out
     assert bench_databases() == before
 
 
