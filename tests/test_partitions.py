@@ -198,7 +198,7 @@ def test_a_database_with_unpartitioned_tables_migrates_in_place(blank_db_url):
                   for t in CHAIN_TABLES}
         assert [len(before[t]) for t in CHAIN_TABLES] == [3, 98, 291, 16, 143]
 
-        assert db.migrate(conn) == ["011_partitioned_chain_tables"]
+        assert db.migrate(conn) == ["011_partitioned_chain_tables", "012_lz4_compression"]
         assert layout(conn) == {t: [(f"{t}_0", "FOR VALUES FROM ('0') TO ('18000001')"),
                                     (f"{t}_20000000", "FOR VALUES FROM ('20000000') TO ('21000000')")]
                                 for t in CHAIN_TABLES}
@@ -218,6 +218,25 @@ def test_a_database_with_unpartitioned_tables_migrates_in_place(blank_db_url):
         write(conn, load("mainnet-0"))
         assert [(p.first, p.last) for p in partitions.partitions(conn)][:2] == [(0, 18_000_000), (18_000_001, 18_999_999)]
         assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (4,)
+
+
+def test_long_values_are_compressed_with_lz4_in_partitions_made_before_and_after_the_migration(blank_db_url):
+    migrate_up_to(blank_db_url, "012")
+    with db.connect(blank_db_url) as conn:
+        store.prepare(conn)
+        planner.plan(conn, 18_000_000, 18_000_001, 10)  # its partition made before lz4
+        assert db.migrate(conn) == ["012_lz4_compression"]
+        planner.plan(conn, 47_218, 47_220, 10)  # and one after
+        for name in ("mainnet-18000000", "mainnet-47218"):
+            write(conn, load(name))
+        compression = dict(conn.execute(
+            "SELECT attrelid::regclass::text, attcompression FROM pg_attribute"
+            " WHERE attname = 'input' AND attrelid::regclass::text LIKE 'transactions%%'").fetchall())
+        assert compression == {"transactions": "l", "transactions_0": "l", "transactions_18000000": "l"}
+        # The calldata long enough to be compressed, as a DBA would check it.
+        used = conn.execute("SELECT pg_column_compression(input), count(*) FROM transactions"
+                            " WHERE block_number = 18000000 GROUP BY 1 ORDER BY 1 NULLS FIRST").fetchall()
+        assert [method for method, _ in used] == [None, "lz4"], used
 
 
 def test_a_finished_partitions_index_job_is_claimed_before_the_ranges_left(conn):
