@@ -25,6 +25,10 @@ class LoopbackServer:
     def __init__(self, handle: Handle, *, port: int = 0) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer goes out in several writes (its headers, then its parts): with Nagle's
+            # algorithm each write after the first waits for the client's delayed ACK, 40 ms,
+            # which no real node adds (Go's servers, geth's and Erigon's, disable it too).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: object) -> None:
                 pass  # a line per request would drown the test's output
