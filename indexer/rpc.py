@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 Call = tuple[str, Sequence[Any]]
 
 _MAX_RETRY_AFTER = 120.0
+BODY_PIECE = 1 << 20  # bytes of an answer read at a time
 
 # How a JSON-RPC error is read. Sources of the texts and codes:
 # - go-ethereum rpc/errors.go: -32601 "the method %s does not exist/is not available"; -32003
@@ -572,7 +573,8 @@ class RpcClient:
         started = time.perf_counter()
         try:
             try:
-                resp = endpoint.session().post(endpoint.url, data=body, timeout=self.timeout)
+                with endpoint.session().post(endpoint.url, data=body, timeout=self.timeout, stream=True) as resp:
+                    content = b"".join(resp.iter_content(BODY_PIECE))
             finally:
                 metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
         except requests.Timeout:
@@ -582,7 +584,7 @@ class RpcClient:
         except requests.RequestException as exc:  # its text may hold the full URL, key and all
             raise _Refused(f"{where}: {type(exc).__name__}", "http") from None
         try:
-            answer = orjson.loads(resp.content)
+            answer = orjson.loads(content)
         except orjson.JSONDecodeError:
             answer = None
         # Every text the node sends is scrubbed whole, before anything cuts it: a key cut in two
@@ -608,7 +610,7 @@ class RpcClient:
                 raise _Refused(f"{where}: batch refused: {said(str(error))[:200]}", ERROR)
             raise _Refused(f"{where}: HTTP {resp.status_code}: {said(str(error))[:200]}", f"http_{resp.status_code // 100}xx")
         if resp.status_code != 200:
-            text = said(resp.text)[:300]
+            text = said(content.decode("utf-8", "replace"))[:300]
             kind = classify(None, text)
             if kind == TOO_LARGE:
                 raise _Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", TOO_LARGE)
@@ -617,7 +619,7 @@ class RpcClient:
                                _retry_after(resp.headers.get("Retry-After")))
             raise _Refused(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
         if answer is None:
-            shown = said(resp.content.decode("utf-8", "replace")).encode()
+            shown = said(content.decode("utf-8", "replace")).encode()
             raise _Refused(f"{where}: answer is not JSON: {shown[:40]!r}", "invalid_json")
         if isinstance(answer, dict) and "result" in answer:  # a batch of one answered without its list
             answer = [answer]
