@@ -20,8 +20,9 @@ own CPU shows rather than anvil's), on the same node and blocks:
   holds it to one) against what the indexer took from it; for the mainnet-shaped node, also
   the blocks/s it served to two client processes that read without parsing (`node_capacity`);
 - a breakdown, in one process and in order, of what `indexer work` does per block with the
-  project's own functions: JSON-RPC (`chain.fetch_json`), decoding and checking (`chain.decode`)
-  and writing (`store.write` and its commit, with a worker's session settings).
+  project's own functions: JSON-RPC (`chain.fetch_json`, and the CPU it takes this process),
+  decoding and checking (`chain.decode`) and writing (`store.write` and its commit, with a
+  worker's session settings).
 Prints Markdown tables (and with --plot, a PNG of blocks/s against workers); BENCHMARKS.md holds
 the figures with this command.
 
@@ -250,25 +251,26 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
 def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
               batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> dict[str, float]:
     """Milliseconds per block of each step of a worker, done in order in this one process, with
-    the worker's batch size (100 blocks, fewer when dense: about 600 transactions a batch)."""
+    the worker's batch size (100 blocks, fewer when dense: about 600 transactions a batch); and of
+    this process's CPU in the JSON-RPC step (its HTTP client and JSON parsing, not the node's)."""
     name = f"bench_{os.getpid()}_breakdown"
     url = partitioned_database(admin_url, name, first_block, head)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
-    spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
+    spent = dict.fromkeys(("rpc", "decode", "write", "rpc_cpu"), 0.0)
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         store.prepare(conn)
         first, size = first_block, 100
         while first <= head:
             last = min(first + size - 1, head)
-            t0 = time.perf_counter()
+            t0, cpu = time.perf_counter(), time.process_time()
             blocks, receipts = chain.fetch_json(client, first, last)
-            t1 = time.perf_counter()
+            t1, cpu = time.perf_counter(), time.process_time() - cpu
             rows = chain.decode(first, blocks, receipts)
             t2 = time.perf_counter()
             with conn.transaction():
                 store.write(conn, rows)
             t3 = time.perf_counter()
-            for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
+            for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2, cpu)):
                 spent[step] += t
             size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
             first = last + 1
@@ -512,10 +514,11 @@ def main() -> None:
             print(f"| {n} | {rate:,.0f} | {loader:,.0f} | {rate / loader:.2f}x | {1000 * l_cores.rest / loader:.2f} "
                   f"| {1000 * i_cores.client / rate:.2f} / {1000 * i_cores.rest / rate:.2f} |")
         print()
-    print("| chain | JSON-RPC (ms/block) | decoding and checks (ms/block) | writing (ms/block) |")
-    print("|---|---:|---:|---:|")
+    print("| chain | JSON-RPC (ms/block) | its CPU in this process (ms/block) | decoding and checks (ms/block) "
+          "| writing (ms/block) |")
+    print("|---|---:|---:|---:|---:|")
     for kind, b in breakdowns.items():
-        print(f"| {kind} | {b['rpc']:.3f} | {b['decode']:.3f} | {b['write']:.3f} |")
+        print(f"| {kind} | {b['rpc']:.3f} | {b['rpc_cpu']:.3f} | {b['decode']:.3f} | {b['write']:.3f} |")
     if args.plot:
         plot(rows, args.plot)
 

@@ -65,7 +65,7 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     for chain in ("sparse", "dense"):
         assert re.search(rf"{chain}, run 1: 2 workers against 1: [\d.]+x to the pool's exit, [\d.]+x to the last "
                          "range indexed", out), out
-    breakdown = [r for r in rows if len(r) == 4]
+    breakdown = [r for r in rows if len(r) == 5]
     assert [r[0] for r in breakdown] == ["sparse", "dense"]
     assert all(float(x) > 0 for r in breakdown for x in r[1:])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -83,7 +83,7 @@ def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     assert float(node) > 0 and float(indexer) > 0 and ratio.endswith("x")
     served = r"The mainnet-shaped node \(30 blocks from 19,426,587\) served [\d,]+ blocks/s"
     assert re.search(served, out), out
-    breakdown = [r for r in table_rows(out, "mainnet") if len(r) == 4]
+    breakdown = [r for r in table_rows(out, "mainnet") if len(r) == 5]
     assert len(breakdown) == 1 and all(float(x) > 0 for x in breakdown[0][1:])
     # The lean loader of the same rows ran around the indexer, and the ratio is held against it.
     (loaded,) = table_rows(out, "2 | ")
