@@ -54,8 +54,8 @@ Call = tuple[str, Sequence[Any]]
 
 _MAX_RETRY_AFTER = 120.0
 # Bytes of an answer read at a time: a batch of mainnet's blocks is megabytes, and requests'
-# own 10 KB pieces each cost a trip through requests, urllib3 and http.client (BENCHMARKS.md:
-# fetching took a worker 19% more CPU).
+# own 10 KB pieces each cost a trip through requests, urllib3 and http.client: fetching took a
+# worker 19% more CPU (BENCHMARKS.md, "An answer's body read a megabyte at a time").
 BODY_PIECE = 1 << 20
 
 # How a JSON-RPC error is read. Sources of the texts and codes:

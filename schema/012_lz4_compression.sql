@@ -5,9 +5,9 @@
 -- Why: a row over about 2 KB is compressed before it is stored, and on mainnet's blocks that is
 -- most transactions with calldata. pglz gives up on a value that shows no repetition in its first
 -- kilobyte, so rollup batches and other dense calldata were stored whole, and what it does
--- compress costs it several times lz4's CPU. Writing 600 mainnet-shaped blocks took the database
--- session 40% less CPU with lz4, and the transactions table came out 23% smaller (BENCHMARKS.md,
--- "lz4 for the long values"). Values already stored keep their compression (both are read alike).
+-- compress costs it several times lz4's CPU. Writing 200 mainnet-shaped blocks took the database
+-- session 40 to 50% less CPU with lz4, and they took 19% less disk (BENCHMARKS.md, "lz4 for the
+-- long values"). Values already stored keep their compression (both are read alike).
 --
 -- The setting is each column's: on the partitioned tables, which pass it on to the partitions
 -- made from now on (`chain_ensure_partitions` makes them LIKE their table, INCLUDING ALL), and on
