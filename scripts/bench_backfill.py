@@ -52,7 +52,7 @@ from indexer import chain, db, partitions, store, token_transfers
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.mainnet_node import NodeProcess, block_hash
-from indexer.testing.processes import descendants
+from indexer.testing.processes import cpu_seconds, descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
 from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
@@ -111,11 +111,6 @@ def node_capacity(url: str, pid: int, first: int, head: int, processes: int = 2)
         pool.map(_fetch_unparsed, jobs)
         wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu
     return step * processes / wall, 1000 * cpu / (step * processes)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:

@@ -44,10 +44,10 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import INDEXER, cpu_seconds, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
+from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
 
 from indexer.testing.mainnet_node import NodeProcess  # noqa: E402
-from indexer.testing.processes import descendants  # noqa: E402
+from indexer.testing.processes import cpu_seconds, descendants, stat  # noqa: E402
 
 STORED = "SELECT count(*), coalesce(sum(transaction_count), 0), coalesce(sum(log_count), 0) FROM blocks"
 # Bytes of each chain table's partitions: the table (heap and TOAST) and its indexes.
@@ -80,7 +80,7 @@ class DatabaseCpu(threading.Thread):
         self.conn = psycopg.connect(url, autocommit=True)
         self.every = every
         backend = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        self.postmaster = _parent(backend) if Path(f"/proc/{backend}").exists() else None
+        self.postmaster = int(stat(backend)[1]) if Path(f"/proc/{backend}").exists() else None
         if self.postmaster is None or b"postgres" not in Path(f"/proc/{self.postmaster}/cmdline").read_bytes():
             raise SystemExit("bench_growth: the database's processes are not this machine's (a container or another"
                              " host?): its CPU cannot be read from /proc")
@@ -118,11 +118,11 @@ class DatabaseCpu(threading.Thread):
                         for pid, app, kind, leader, mine in self.conn.execute(SESSIONS)}
             for pid in descendants(self.postmaster):
                 try:
-                    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    fields = stat(pid)
                     title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 except (FileNotFoundError, ProcessLookupError):
                     continue
-                cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+                cpu = cpu_seconds(pid, fields)
                 app, kind, leader, mine = sessions.get(pid, ("", "", None, None))
                 if leader is None and (found := re.search(r"parallel worker for PID (\d+)", title)):
                     leader = int(found[1])
@@ -133,14 +133,10 @@ class DatabaseCpu(threading.Thread):
                     what = (WORKERS if app.startswith("indexer worker") else
                             BUILDS if app.startswith("indexer index builder") else
                             AUTOVACUUM if kind == "autovacuum worker" else OTHER)
-                key = (pid, int(stat[19]))
+                key = (pid, int(fields[19]))
                 known = self.seen.get(key)
                 first = known[1] if known else cpu if baseline else 0.0
                 self.seen[key] = (known[0] if known and known[0] != OTHER else what, first, cpu)
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @dataclass

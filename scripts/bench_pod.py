@@ -28,11 +28,10 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from indexer.testing.mainnet_node import NodeProcess
-from indexer.testing.processes import descendants
+from indexer.testing.processes import cpu_seconds, descendants
 from indexer.testing.work import INDEXER
 
 NAME = f"bench_pod_{os.getpid()}"
-TICK = os.sysconf("SC_CLK_TCK")
 
 STORED = "SELECT count(*) FROM blocks"
 # Every session of the pool: its workers' own and their LISTEN sessions, the reaper's, the checks'.
@@ -48,11 +47,6 @@ def kib(pid: int, field: str, file: str = "status") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Sampler(threading.Thread):

@@ -61,6 +61,8 @@ def record(path: Path, scale: float = 1.0) -> None:
 
 
 def _backend_cpu(pid: int) -> float:
+    # Not indexer.testing.processes.cpu_seconds: this runs with the tree being measured first on
+    # PYTHONPATH, which may be older than that function.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

@@ -61,14 +61,29 @@ def with_environment(entry: str) -> list[int]:
     return found
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces and
+    parentheses): [1] is the parent's pid, [11] and [12] the user and system CPU time in clock
+    ticks, [19] the start time. Raises FileNotFoundError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int, fields: list[str] | None = None) -> float:
+    """The CPU time the process has spent (user and system), from `fields` if read already."""
+    fields = fields or stat(pid)
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def start_time(pid: int) -> int | None:
     """When the process started (clock ticks since boot), to tell it from a later one given the
     same pid; None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat(pid)[19])
     except FileNotFoundError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def kill_all(pids: list[int], timeout: float = 10) -> None:
