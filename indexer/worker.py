@@ -332,7 +332,7 @@ class Worker:
 
 # CPython collects garbage every 700 net allocations of containers. Parsing a batch's JSON
 # allocates tens of thousands, all alive until the batch is decoded, and none in a cycle: scanning
-# them over and over took 7.6% of a worker's CPU on mainnet-shaped blocks (BENCHMARKS.md, "The
+# them over and over took 6 to 8% of a worker's CPU on mainnet-shaped blocks (BENCHMARKS.md, "The
 # garbage collector in a worker"). A worker collects every 50,000 instead, and never scans what it
 # inherited from the pool (frozen: its memory pages also stay shared with the pool's).
 GC_THRESHOLDS = (50_000, 20, 100)
