@@ -41,9 +41,13 @@ def batch_blocks(density: float | None, batch_size: int, batch_transactions: int
     more than about `batch_transactions` in it (`density` None: not known yet)."""
     if density is None:
         return max(1, batch_size // PROBE_FRACTION)
-    if density == 0:
+    # Compared by product, never by quotient: on a sparse chain the estimate halves with each
+    # empty batch down to the smallest floats, and the quotient of a budget by one of them is
+    # infinite. Past this test, density > batch_transactions / batch_size, so the quotient is
+    # below batch_size.
+    if density * batch_size <= batch_transactions:
         return batch_size
-    return max(1, min(batch_size, int(batch_transactions / density)))
+    return max(1, int(batch_transactions / density))
 
 
 class Batches:
@@ -172,10 +176,11 @@ class Prefetcher:
         many as that while the density is not known yet (a probe's blocks may be dense)."""
         if self.density is None:
             return min(self.in_flight, TRANSACTIONS_AHEAD)
-        if not self.density:
-            return self.in_flight
         per_batch = self.density * self._size()
-        return max(1, min(self.in_flight, int(TRANSACTIONS_AHEAD * self.batch_transactions / per_batch)))
+        ahead = TRANSACTIONS_AHEAD * self.batch_transactions
+        if per_batch * self.in_flight <= ahead:  # by product, as in `batch_blocks`
+            return self.in_flight
+        return max(1, int(ahead / per_batch))
 
     def _size(self) -> int:
         return batch_blocks(self.density, self.batch_size, self.batch_transactions)

@@ -3,10 +3,14 @@ before, never much more than the transaction budget."""
 
 from __future__ import annotations
 
+import math
+import sys
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
+
+import pytest
 
 from indexer.block_range import JOB_KIND
 from indexer.chain import Rows
@@ -106,3 +110,52 @@ def test_fetches_at_once_follow_the_density():
     finally:
         prefetcher.shutdown()
     assert running["most_sparse"] == 4 and running["most_dense"] <= 2, running
+
+
+def every_binary_exponent() -> list[float]:
+    """A density at every power of two a float can hold, from the largest down through the
+    subnormals to the smallest (5e-324), with zero, and a few in between."""
+    densities = [0.0, sys.float_info.max, sys.float_info.min, math.ulp(0.0)]
+    d = 2.0 ** 1023
+    while d > 0:
+        densities += [d, d * 1.5]
+        d /= 2
+    return sorted(set(densities))
+
+
+@pytest.mark.parametrize("batch_size, batch_transactions", [(1, 1), (100, 600), (10_000, 1), (10_000, 1_000_000)])
+def test_every_density_down_to_the_smallest_float_gives_a_batch_within_its_bounds(batch_size, batch_transactions):
+    sizes = [batch_blocks(d, batch_size, batch_transactions) for d in every_binary_exponent()]
+    assert all(type(n) is int and 1 <= n <= batch_size for n in sizes)
+    assert sizes == sorted(sizes, reverse=True)  # denser never means more blocks
+    for d, n in zip(every_binary_exponent(), sizes):
+        assert n == 1 or n * d <= batch_transactions, (d, n)  # within budget, unless one block alone is over it
+        if d * batch_size <= batch_transactions:
+            assert n == batch_size, d  # sparse enough: whole batches
+
+
+def test_every_density_down_to_the_smallest_float_gives_a_fetch_limit():
+    prefetcher = Prefetcher(fetch_within, in_flight=4, batch_size=100, batch_transactions=600, stop=threading.Event())
+    try:
+        for density in every_binary_exponent():
+            prefetcher.density = density
+            assert 1 <= prefetcher.limit() <= 4, density
+    finally:
+        prefetcher.shutdown()
+
+
+def test_hundreds_of_thousands_of_empty_blocks_after_a_few_transactions():
+    """`scripts/backfill-local --to 2000000`: a few blocks with transactions, then empty blocks.
+    Each empty batch halves the density estimate, which after a thousand batches is a subnormal
+    float; the batches after it are still whole, and every block comes once."""
+    blocks = 120_000
+    prefetcher = Prefetcher(lambda first, last, _: Rows(first, last, transactions=["t"] if first == 0 else []),
+                            in_flight=4, batch_size=100, batch_transactions=600, stop=threading.Event())
+    job = Claim(1, JOB_KIND, {"from": 0, "to": blocks - 1}, 1, uuid.uuid4(), datetime.now(timezone.utc), None)
+    try:
+        batches = list(prefetcher.rows(prefetcher.batches(job, 0, blocks - 1), lambda: None))
+    finally:
+        prefetcher.shutdown()
+    assert 0 <= prefetcher.density < sys.float_info.min  # the estimate did decay that far
+    assert [n for rows in batches for n in range(rows.first, rows.last + 1)] == list(range(blocks))
+    assert all(rows.last - rows.first + 1 == 100 for rows in batches[-100:-1])  # the last one takes what is left
