@@ -142,6 +142,22 @@ def _write(worker: Worker, job: Claim, rows: Rows) -> int | None:
     return lease.end
 
 
+def _write_up_to(worker: Worker, job: Claim, rows: Rows, end: int) -> tuple[Rows | None, int]:
+    """Writes the blocks of `rows` up to `end`, cut again if the heartbeat finds the job split
+    below them meanwhile; returns what was written (None: nothing of `rows` is the job's any
+    more) and the job's end as the heartbeat found it."""
+    while rows.first <= end:
+        if rows.last > end:
+            rows = rows.up_to(end)
+        try:
+            now_ends_at = _write(worker, job, rows)
+        except _Split as split:
+            end = split.end
+            continue
+        return rows, end if now_ends_at is None else min(end, now_ends_at)
+    return None, end
+
+
 def run(worker: Worker, job: Claim) -> Ended:
     blocks = _range(job)
     cfg = worker.cfg
@@ -152,16 +168,10 @@ def run(worker: Worker, job: Claim) -> Ended:
     for rows in worker.prefetch.rows(batches, worker.claim_ahead):
         if worker.stop.is_set():
             raise Stopping()
-        while True:
-            if rows.last > end:
-                rows = rows.up_to(end)
-            try:
-                now_ends_at = _write(worker, job, rows)
-                break
-            except _Split as split:
-                end = split.end
-        if now_ends_at is not None:
-            end = min(end, now_ends_at)
+        kept, end = _write_up_to(worker, job, rows, end)
+        if kept is None:
+            break  # the job was split below this batch: the rest is another job's
+        rows = kept
         if end < batches.last:
             log.debug("job %d was split: it now ends at block %d", job.id, end)
             batches.shrink(end)

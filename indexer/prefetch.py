@@ -57,14 +57,14 @@ class Batches:
         self.job = job
         self.next_first = first
         self.last = last
-        self.futures: deque[tuple[int, Future[Rows]]] = deque()  # each with the last block asked
+        self.futures: deque[tuple[int, int, Future[Rows]]] = deque()  # each with the blocks asked
 
     def ask(self, room: int, size: int, submit: Callable[[int, int], Future[Rows]]) -> int:
         """Asks for up to `room` more batches of `size` blocks; returns how many."""
         asked = 0
         while asked < room and not self.all_asked():
             batch_last = min(self.next_first + size - 1, self.last)
-            self.futures.append((batch_last, submit(self.next_first, batch_last)))
+            self.futures.append((self.next_first, batch_last, submit(self.next_first, batch_last)))
             self.next_first = batch_last + 1
             asked += 1
         return asked
@@ -76,7 +76,7 @@ class Batches:
         parts = []
         while first <= last:
             part_last = last if len(parts) + 1 >= room else min(first + size - 1, last)
-            parts.append((part_last, submit(first, part_last)))
+            parts.append((first, part_last, submit(first, part_last)))
             first = part_last + 1
         self.futures.extendleft(reversed(parts))
 
@@ -85,22 +85,23 @@ class Batches:
 
     def shrink(self, last: int) -> None:
         """The job now ends at `last` (another worker took the rest: `queue.split`): nothing past
-        it is asked for, and batches asked past it are dropped; one that straddles it stays, and
-        the writer leaves out its blocks past `last`."""
+        it is asked for, and batches asked past it are dropped, the first one asked included (a
+        split can land on the batch being written, so that the next one starts past the new
+        end); one that straddles it stays, and the writer leaves out its blocks past `last`."""
         self.last = min(self.last, last)
-        kept: deque[tuple[int, Future[Rows]]] = deque()
-        for asked_last, future in self.futures:
-            if kept and kept[-1][0] >= last:
+        kept: deque[tuple[int, int, Future[Rows]]] = deque()
+        for first, asked_last, future in self.futures:
+            if first > last:
                 future.cancel()
             else:
-                kept.append((asked_last, future))
+                kept.append((first, asked_last, future))
         self.futures = kept
 
     def in_flight(self) -> int:
         return len(self.futures)
 
     def cancel(self) -> None:
-        for _, f in self.futures:
+        for _, _, f in self.futures:
             f.cancel()
         self.futures.clear()
 
@@ -141,7 +142,7 @@ class Prefetcher:
                         self.ahead.ask(room - self.ahead.in_flight(), self._size(), self._submit)
                 if not batches.futures:
                     return
-                asked_last, future = batches.futures.popleft()
+                _, asked_last, future = batches.futures.popleft()
                 rows = self._result(future)
                 density = len(rows.transactions) / (rows.last - rows.first + 1)
                 self.density = density if self.density is None else (self.density + density) / 2

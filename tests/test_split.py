@@ -5,9 +5,11 @@ a real PostgreSQL, racing with what the holder and the reaper do; then `indexer 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
-from indexer import db, planner, queue
+from indexer import db, planner, queue, store
 from indexer.block_range import JOB_KIND
+from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node
 
@@ -107,3 +109,79 @@ def test_four_workers_share_one_job_and_index_every_block_once(db_url, conn, cha
     assert len({holder for _, _, holder in done}) == 4, done
     assert w.output().count("split a running job") >= 3, w.output()
     assert_matches_node(conn, chain_node.url, 0, head)
+
+
+@pytest.fixture(scope="module")
+def long_chain():
+    """600 blocks of 20 transactions each, half of them calls that log: writing a batch takes long
+    enough that idle workers split jobs while their holders are writing."""
+    with Anvil("--no-mining") as node:
+        build_dense(node, 600, 20)
+        yield node
+
+
+def test_splits_cost_no_attempt_and_no_give_back(db_url, conn, long_chain, work):
+    """Four workers, two jobs, 5-block batches, a slow node: idle workers split the running jobs
+    again and again while their holders have batches fetched ahead past each new end. Not one job
+    is given back or spends a second attempt, and every block is indexed once."""
+    head = long_chain.head()
+    planner.plan(conn, 0, head + 1, 200)
+    with FaultProxy(long_chain.url, delay=0.05) as slow:
+        w = work(db_url, slow.url, "--workers", "6", "--drain", "--batch-size", "5")
+        assert w.wait() == 0, w.output()
+    assert w.output().count("split a running job") >= 3, w.output()
+    assert "given back" not in w.output() and "crashed" not in w.output(), w.output()
+    spent = conn.execute("SELECT id, attempts, last_error FROM jobs_history"
+                         " WHERE kind = 'index_blocks' AND (attempts > 1 OR last_error IS NOT NULL)").fetchall()
+    assert spent == [], spent
+    assert_matches_node(conn, long_chain.url, 0, head)
+
+
+def split_at(conn: psycopg.Connection, job_id: int, end: int) -> None:
+    """What `queue.split` leaves, with the cut where the test wants it: the job ends at `end`, and
+    its blocks past it are a new pending job."""
+    (old_end,) = conn.execute("UPDATE jobs SET payload = jsonb_set(payload, '{to}', to_jsonb(%s::bigint))"
+                              " FROM (SELECT payload->'to' AS old FROM jobs WHERE id = %s) o WHERE id = %s"
+                              " RETURNING o.old::bigint", (end, job_id, job_id)).fetchone()
+    queue.enqueue(conn, JOB_KIND, [{"from": end + 1, "to": old_end}])
+
+
+@pytest.mark.parametrize("lands", ["on the last block of the batch being written", "inside that batch"])
+def test_a_split_landing_on_the_batch_being_written_costs_no_attempt(db_url, conn, chain_node, monkeypatch, lands):
+    """The race `queue.split` runs into on a busy holder: the split is computed from the cursor
+    committed before the batch the holder is writing, so the new end falls on that batch, and the
+    holder has batches fetched ahead past it. The holder stops at the new end, with no attempt
+    spent and no batch written twice or empty; the tail is indexed as its own job."""
+    from indexer import settings
+    from indexer.worker import Worker
+
+    last = min(chain_node.head(), 29)
+    planner.plan(conn, 0, last + 1, last + 1)
+    cfg = settings.load(database_url=db_url, rpc_url=chain_node.url, batch_size=5, use_finalized=False,
+                        confirmations=0, backoff_base_seconds=30)
+    worker = Worker(cfg)
+    written: list[tuple[int, int]] = []
+    real_write = store.write
+
+    def write_then_split(c: psycopg.Connection, rows) -> None:
+        real_write(c, rows)
+        written.append((rows.first, rows.last))
+        if len(written) == 3 and rows.last > rows.first:  # once batches are 5 blocks, with more fetched ahead
+            split_at(conn, job.id, rows.last if lands.startswith("on") else rows.first)
+
+    monkeypatch.setattr(store, "write", write_then_split)
+    job = worker._claim()
+    try:
+        following = worker.run_claim(job)
+        while following is not None:
+            following = worker.run_claim(following)
+    finally:
+        worker.prefetch.shutdown()
+        worker._drop_connections()
+    assert all(first <= last for first, last in written), written
+    history = conn.execute("SELECT (payload->>'from')::bigint, (payload->>'to')::bigint, attempts, last_error"
+                           " FROM jobs_history WHERE kind = 'index_blocks' ORDER BY 1").fetchall()
+    assert [(a, e) for _, _, a, e in history] == [(1, None), (1, None)], history
+    assert history[0][1] + 1 == history[1][0] and history[1][1] == last
+    assert conn.execute("SELECT count(*) FROM jobs WHERE kind = 'index_blocks'").fetchone()[0] == 0
+    assert_matches_node(conn, chain_node.url, 0, last)
