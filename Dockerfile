@@ -1,15 +1,16 @@
 # The indexer: one image for every `indexer` command (migrate, plan, work, monitor, status...).
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY indexer ./indexer
 COPY schema ./schema
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The dependencies at the versions the test suite passed with, not the newest the ranges allow.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
 
 FROM python:3.11-slim
 RUN useradd --create-home --uid 10001 indexer
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index /wheels/*.whl && rm -rf /wheels
 USER indexer
 WORKDIR /home/indexer
 # /metrics listens on loopback unless told otherwise; in a container it must be reachable.

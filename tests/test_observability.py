@@ -85,6 +85,15 @@ def test_the_dashboard_is_valid_and_uses_the_provisioned_datasource():
     assert dashboards["providers"][0]["type"] == "file"
 
 
+def test_every_panel_says_what_it_shows_and_what_to_do_when_it_looks_wrong():
+    """Grafana shows a panel's description as the (i) by its title; rows show none."""
+    panels = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] != "row"]
+    missing = [p["title"] for p in panels if not p.get("description", "").strip()]
+    assert not missing, f"panels without a description: {missing}"
+    descriptions = [p["description"] for p in panels]
+    assert len(set(descriptions)) == len(descriptions)
+
+
 def test_every_metric_the_code_defines_is_on_the_dashboard():
     source = (REPO / "indexer" / "metrics.py").read_text()
     defined = set(re.findall(r'"(indexer_[a-z_]+)"', source))

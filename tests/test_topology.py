@@ -1,8 +1,11 @@
-"""docker-compose.yml agrees with the code: commands, settings, ports and start-up order.
-(No Docker engine runs here; CI also checks the file with `docker-compose config -q`.)"""
+"""docker-compose.yml agrees with the code: commands, settings, ports and start-up order; it
+publishes Grafana and Prometheus alone, on loopback unless MONITORING_ADDRESS says otherwise, and
+Grafana's anonymous users only view. (No Docker engine runs here; where docker-compose is
+installed, `docker-compose config` checks the file and the ports it resolves.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +33,31 @@ def with_defaults(value: str) -> str:
 
 def env(service: dict) -> dict[str, str]:
     return {k: with_defaults(str(v)) for k, v in service.get("environment", {}).items()}
+
+
+def published(service: dict) -> list[tuple[str, int, int]]:
+    """(host address, host port, container port) of each port a service publishes, from the file's
+    short syntax or the long one `docker compose config` writes; no address means every interface."""
+    found = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            found.append((port.get("host_ip", "0.0.0.0"), int(port["published"]), int(port["target"])))
+            continue
+        *host, outside, inside = with_defaults(str(port)).split("/")[0].rsplit(":", 2)
+        found.append((host[0] if host else "0.0.0.0", int(outside), int(inside)))
+    return found
+
+
+def compose_config(**variables: str) -> dict:
+    """The file as `docker-compose config` resolves it, with no variable of ours set but `variables`."""
+    environment = {k: v for k, v in os.environ.items() if k != "MONITORING_ADDRESS"} | variables
+    result = subprocess.run(["docker-compose", "config"], cwd=REPO, capture_output=True, text=True, env=environment)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+needs_docker_compose = pytest.mark.skipif(shutil.which("docker-compose") is None,
+                                          reason="docker-compose is not installed (CI installs it)")
 
 
 def test_every_indexer_service_runs_a_real_command():
@@ -72,8 +100,8 @@ def test_ports_and_hosts_agree():
     source = yaml.safe_load((REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
     grafana_to_prometheus = urlsplit(source["datasources"][0]["url"])
     assert grafana_to_prometheus.hostname == "prometheus"
-    assert f"{grafana_to_prometheus.port}:{grafana_to_prometheus.port}" in SERVICES["prometheus"]["ports"]
-    assert "3000:3000" in SERVICES["grafana"]["ports"]
+    assert [port[1:] for port in published(SERVICES["prometheus"])] == [(grafana_to_prometheus.port,) * 2]
+    assert [port[1:] for port in published(SERVICES["grafana"])] == [(3000, 3000)]
     home = env(SERVICES["grafana"])["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert any(v.endswith(":/var/lib/grafana/dashboards:ro") for v in SERVICES["grafana"]["volumes"])
     assert (REPO / "deploy" / "grafana" / "dashboards" / home.rsplit("/", 1)[1]).exists()
@@ -99,7 +127,32 @@ def test_services_start_in_order():
     assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["chain"]
 
 
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed (CI installs it)")
+def test_only_grafana_and_prometheus_publish_ports_and_on_loopback_by_default():
+    ports = {name: published(service) for name, service in SERVICES.items() if "ports" in service}
+    assert ports == {"prometheus": [("127.0.0.1", 9090, 9090)], "grafana": [("127.0.0.1", 3000, 3000)]}
+
+
+def test_anonymous_grafana_users_view_and_nobody_administers():
+    grafana = env(SERVICES["grafana"])
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and grafana["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    # No admin is created, so there is no default password; nor a login form or basic auth to use one.
+    assert grafana["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"
+    assert grafana["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and grafana["GF_AUTH_BASIC_ENABLED"] == "false"
+    assert not any(name.startswith(("GF_SECURITY_ADMIN_", "GF_USERS_")) for name in grafana)
+
+
+@needs_docker_compose
 def test_docker_compose_accepts_the_file():
     result = subprocess.run(["docker-compose", "config", "-q"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@needs_docker_compose
+def test_docker_compose_publishes_grafana_and_prometheus_on_loopback_unless_told_otherwise():
+    def ports(config: dict) -> dict[str, list[tuple[str, int, int]]]:
+        return {name: published(service) for name, service in config["services"].items() if "ports" in service}
+
+    assert ports(compose_config()) == {"prometheus": [("127.0.0.1", 9090, 9090)], "grafana": [("127.0.0.1", 3000, 3000)]}
+    assert ports(compose_config(MONITORING_ADDRESS="0.0.0.0")) == {
+        "prometheus": [("0.0.0.0", 9090, 9090)], "grafana": [("0.0.0.0", 3000, 3000)]}
+    assert compose_config()["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"

@@ -1,0 +1,106 @@
+"""scripts/setup-venv and constraints.txt: the virtualenv the suite runs in holds the versions
+constraints.txt names, and the script says what it does before each pip run.
+
+The script's tests run it against a stand-in venv whose `python` records the pip command it was
+given (and makes `bin/indexer`, as an install would) instead of installing anything."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "skiplock-indexer"
+
+
+def pinned() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def needed(extras: set[str]) -> dict[str, str]:
+    """Every distribution the package with `extras` needs, however indirectly, at its installed version."""
+    found: dict[str, str] = {}
+    todo = [(PACKAGE, extras)]
+    while todo:
+        name, wanted = todo.pop()
+        for text in metadata.requires(name) or []:
+            req = Requirement(text)
+            if req.marker and not any(req.marker.evaluate({"extra": e}) for e in wanted | {""}):
+                continue
+            key = canonicalize_name(req.name)
+            if key not in found:
+                found[key] = metadata.version(req.name)
+                todo.append((req.name, set(req.extras)))
+    return found
+
+
+def test_the_suite_runs_on_the_versions_constraints_txt_names_and_on_no_other():
+    assert needed({"test"}) == pinned(), "constraints.txt is out of date: see its first lines to regenerate it"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A copy of the files setup-venv reads, with a venv whose python only records its arguments."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy2(REPO / "scripts" / "setup-venv", tmp_path / "scripts")
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copy2(REPO / name, tmp_path)
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\necho "$*" >>"$(dirname "$0")/../calls"\n'
+                      'touch "$(dirname "$0")/indexer" && chmod +x "$(dirname "$0")/indexer"\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    return tmp_path
+
+
+def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
+    """Runs the script; returns the pip commands it ran and what it said on stderr."""
+    calls = root / "venv" / "calls"
+    calls.unlink(missing_ok=True)
+    done = subprocess.run([str(root / "scripts" / "setup-venv"), *extra], capture_output=True, text=True,
+                          env={**os.environ, "INDEXER_VENV": str(root / "venv")}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{root / 'venv'}\n"
+    return (calls.read_text().splitlines() if calls.exists() else []), done.stderr
+
+
+def test_every_pip_run_is_announced_and_uses_the_constraints(checkout: Path):
+    ran, said = setup_venv(checkout, "test")
+    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+    assert said.startswith("setup-venv: installing the package with its extra test") and said.endswith(" here)\n")
+
+
+def test_adding_the_test_extra_to_a_venv_without_it_is_announced(checkout: Path):
+    setup_venv(checkout)
+    ran, said = setup_venv(checkout, "test")
+    assert said.startswith("setup-venv: adding the extra test to ")
+    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+
+
+def test_a_venv_with_the_test_extra_serves_every_call_without_pip(checkout: Path):
+    setup_venv(checkout, "test")
+    assert setup_venv(checkout) == ([], "")
+    assert setup_venv(checkout, "test") == ([], "")
+
+
+def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_before(checkout: Path):
+    setup_venv(checkout, "test")
+    with (checkout / "constraints.txt").open("a") as f:
+        f.write("# touched\n")
+    ran, said = setup_venv(checkout)
+    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+    assert said.startswith("setup-venv: pyproject.toml or constraints.txt changed")
+    assert setup_venv(checkout, "test") == ([], "")
