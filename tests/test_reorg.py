@@ -3,9 +3,12 @@ them, and a worker never writes a batch of the new fork beside stored blocks of 
 
 from __future__ import annotations
 
+import json
 from typing import Iterator
 
 import pytest
+from eth_utils import keccak
+from psycopg import sql
 
 from indexer import planner
 from indexer.block_range import cut
@@ -15,6 +18,7 @@ from indexer.testing.waiting import wait_for
 
 from .conftest import run_indexer
 from .test_observability import scrape
+from .test_verify import PING
 
 DEPTH = 5
 
@@ -91,6 +95,37 @@ def test_a_batch_that_does_not_link_to_stored_blocks_is_given_back_and_never_wri
     assert repaired.stdout.splitlines()[0] == f"2 orphaned blocks (stored hash differs from the node's): {fork}..{below - 1}"
     assert w.wait() == 0
     assert stored_hashes(conn) == node_hashes(node, range(head + 1))
+    assert_matches_node(conn, node.url, 0, head)
+
+
+def test_a_repair_deletes_the_events_decoded_from_the_orphans_with_them(db_url, conn, node, work, tmp_path):
+    (tmp_path / "ping.json").write_text(json.dumps(PING))
+    assert run_indexer("abi", "add", "ping", str(tmp_path / "ping.json"), db_url=db_url).returncode == 0
+    table = sql.Identifier(conn.execute("SELECT table_name FROM abi_events").fetchone()[0])
+    # The emitter build_chain deploys logs Ping(caller, word) when called with the event's topic
+    # as its calldata: one in each of the top blocks, of which the top DEPTH become orphans.
+    emitter = node.rpc("eth_getBlockReceipts", "0x1")[0]["contractAddress"]
+    sender = node.rpc("eth_accounts")[0]
+    for _ in range(DEPTH + 2):
+        node.rpc("eth_sendTransaction", {"from": sender, "to": emitter, "gas": hex(100_000),
+                                         "data": "0x" + keccak(text="Ping(address,bytes32)").hex()})
+        node.rpc("evm_mine")
+    head = node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    assert work(db_url, node.url, "--drain").wait() == 0
+
+    def decoded() -> list[int]:
+        return [r[0] for r in conn.execute(sql.SQL("SELECT block_number FROM {} ORDER BY 1").format(table))]
+
+    assert decoded() == list(range(head - DEPTH - 1, head + 1))
+    node.reorg(DEPTH)
+    repaired = run_indexer("verify", "--from", "0", "--to", str(head + 1), "--against-node", "--repair",
+                           "--rpc-url", node.url, db_url=db_url)
+    assert repaired.stdout.splitlines()[-1] == f"repair: deleted {DEPTH} orphaned block(s) and planned 1 job(s) for them"
+    # Gone with their blocks, in the repair's transaction: not left for the decode job to come.
+    assert decoded() == [head - DEPTH - 1, head - DEPTH]
+    assert work(db_url, node.url, "--drain").wait() == 0
+    assert decoded() == [head - DEPTH - 1, head - DEPTH]  # the new fork's blocks have transfers only
     assert_matches_node(conn, node.url, 0, head)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from indexer import partitions, planner, verify
+import json
+
+from indexer import abi, partitions, planner, verify
 from indexer.block_range import cut
 from indexer.testing.node_compare import assert_matches_node
 
@@ -68,3 +70,25 @@ def test_verify_of_thirty_million_blocks_with_few_stored_holds_runs_not_numbers(
     expected = [r.payload() for first, last in runs for r in cut(first, last + 1, 10_000)]
     assert jobs == len(expected)
     assert [r[0] for r in conn.execute("SELECT payload FROM jobs ORDER BY id")] == expected
+
+
+# Every table of the schema with a column of block numbers, partitions aside.
+TABLES_OF_BLOCKS = """
+SELECT DISTINCT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND NOT a.attisdropped AND (a.attname = 'block_number' OR (c.relname, a.attname) = ('blocks', 'number'))
+ORDER BY 1
+"""
+
+PING = [{"type": "event", "name": "Ping", "inputs": [{"name": "from", "type": "address", "indexed": True},
+                                                      {"name": "word", "type": "bytes32", "indexed": False}]}]
+
+
+def test_a_block_is_deleted_from_every_table_that_holds_rows_of_a_block(conn, tmp_path):
+    """A table a migration adds, or an ABI registers, cannot be left out of the deletion."""
+    (tmp_path / "ping.json").write_text(json.dumps(PING))
+    abi.add(conn, abi.registration("ping", str(tmp_path / "ping.json")), chunk=10)
+    schema = [r[0] for r in conn.execute(TABLES_OF_BLOCKS)]
+    assert "abi_ping_ping" in schema and "token_transfers" in schema
+    with conn.transaction():
+        assert sorted(verify.delete_blocks(conn, [])) == schema
