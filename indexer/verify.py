@@ -15,8 +15,9 @@ nothing decoded from a block outlives it.
 
 With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
 window by window: orphans of a reorg link to each other and pass every check above. Their
-repair, once the comparison is over, deletes every orphan's rows and plans them again, in one
-transaction.
+repair, once the comparison is over, asks `forks.plan_rollback` whether the node may be trusted
+with the deletion (its chain, its answers linked, the fork point, the depth); if so it deletes
+every orphan's rows and plans them again, in one transaction, and if not it deletes nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 import psycopg
 
-from . import abi, queue, store, stored_roots
+from . import abi, forks, queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
@@ -310,9 +311,11 @@ class Runs:
 class NodeReport:
     head: int  # the node's head when the comparison began
     compared: int = 0  # stored blocks at or below it
+    top: int | None = None  # the highest of them
     orphaned: Runs = field(default_factory=Runs)  # stored hash differs from the node's
     above_head: Runs = field(default_factory=Runs)  # stored, but the node has no such block yet
     repaired_jobs: int | None = None  # with repair: the jobs planned
+    refused: forks.Refusal | None = None  # with repair: why nothing was deleted
 
     @property
     def ok(self) -> bool:
@@ -328,12 +331,24 @@ def _node_hash(n: int, block: object) -> bytes:
         raise IndexerError(f"block {n}: the node answered a hash that is not hex: {block['hash'][:80]!r}") from None
 
 
+@dataclass(frozen=True)
+class Repair:
+    """What `--repair` does with the orphans `--against-node` finds."""
+
+    chunk: int  # blocks per job planned
+    max_depth: int  # the deepest reorg repaired (`forks.plan_rollback`)
+
+
 def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                 repair_with_chunk: int | None = None, window: int = WINDOW) -> NodeReport:
+                 repair: Repair | None = None, window: int = WINDOW) -> NodeReport:
     """Compares the stored hashes of [start, end) with the node's canonical ones, `window` blocks
     at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction. With
-    `repair_with_chunk`, the orphans' runs are then deleted and planned again in one short
-    transaction: the comparison's round trips to the node never hold the plan lock."""
+    `repair`, the orphans' runs are then checked against the node (`forks.plan_rollback`), and
+    deleted and planned again in one short transaction, or, refused, left alone: the round trips
+    to the node never hold the plan lock. IndexerError for a node of another chain: nothing is
+    compared."""
+    if (other := forks.other_chain(conn, client)) is not None:
+        raise IndexerError(f"{other}: nothing compared")
     report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
     orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
     report.orphaned = Runs(closed=orphan_runs.append)
@@ -348,13 +363,20 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
         for n, _ in stored[len(below):]:
             report.above_head.add(n)
         report.compared += len(below)
+        if below:
+            report.top = below[-1][0]
         if len(stored) < window:
             break
         after = stored[-1][0] + 1
     report.orphaned.finish()
     report.above_head.finish()
-    if repair_with_chunk is not None:
-        report.repaired_jobs = replan_orphans(conn, orphan_runs, repair_with_chunk, window=window)
+    if repair is not None and orphan_runs:
+        assert report.top is not None  # every orphan was compared
+        plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window)
+        if isinstance(plan, forks.Refusal):
+            report.refused = plan
+        else:
+            report.repaired_jobs = replan_orphans(conn, plan.orphans, repair.chunk, window=window)
     return report
 
 
@@ -384,16 +406,26 @@ def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]
                      f"{_runs(report.above_head.kept, SHOWN, report.above_head.more)}")
     if not lines:
         lines.append(f"blocks {start:,}..{end - 1:,}: all {report.compared:,} stored block(s) have the node's hash")
-    if report.repaired_jobs is not None and report.orphaned.count:
+    if report.repaired_jobs is not None:
         lines.append(f"repair: deleted {report.orphaned.count:,} orphaned block(s) and planned"
                      f" {report.repaired_jobs} job(s) for them")
     return lines
 
 
+def refusal_line(refused: forks.Refusal) -> str:
+    """The one line of a refused repair."""
+    beyond = (f" (INDEXER_MAX_REORG_DEPTH; `--max-depth {refused.depth}` deletes them)"
+              if refused.depth is not None else "")
+    return f"repair refused: {refused.reason}{beyond}; nothing deleted"
+
+
 def run_against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                     repair_with_chunk: int | None) -> bool:
-    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well."""
-    report = against_node(conn, client, start, end, repair_with_chunk=repair_with_chunk)
+                     repair: Repair | None) -> bool:
+    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well.
+    IndexerError, after the report, for a repair refused."""
+    report = against_node(conn, client, start, end, repair=repair)
     for line in describe_against_node(report, start, end):
         print(line)
+    if report.refused is not None:
+        raise IndexerError(refusal_line(report.refused))
     return report.ok
