@@ -5,8 +5,9 @@ A batch is written only if its first block's parent is the stored block below it
 block above its last names it as parent (each check only when that neighbour is stored). After a
 reorg below stored blocks, the node's blocks link to a fork the database does not hold: writing
 them would store a second fork beside the first, each half looking consistent on its own. The
-worker checks in the transaction that writes the batch, and gives the job back on a mismatch;
-`indexer verify --against-node --repair` removes the stored orphans, after which the batch links.
+worker checks in the transaction that writes the batch, and on a mismatch defers the job with no
+attempt spent (`worker.py`): no retry can link while the orphans are stored, and once
+`indexer verify --against-node --repair` has removed them, the same job links and completes.
 
 `plan_rollback` decides what such a repair may delete, before anything is: the stored blocks
 whose hash is not the node's (the orphans) go only if the node serves the chain the database
@@ -46,6 +47,16 @@ STORED_HASHES_BETWEEN = "SELECT number, hash FROM blocks WHERE number BETWEEN %(
 class ForkMismatch(ChainDataError):
     """The batch and the stored blocks next to it are on different forks."""
 
+    def __init__(self, message: str, stored: int) -> None:
+        super().__init__(message)
+        self.stored = stored  # the stored block the batch does not link to
+
+    def repair_command(self, max_depth: int) -> str:
+        """The `indexer verify` that finds and removes the orphans around the stored block, as
+        deep as a repair goes by default on either side of it."""
+        return (f"indexer verify --from {max(0, self.stored - max_depth)} --to {self.stored + max_depth + 1}"
+                " --against-node --repair")
+
 
 def _hashes(line: str) -> tuple[str, str]:
     """(hash, parent_hash) of a block's COPY line: its columns start with number, hash and
@@ -67,14 +78,14 @@ def check_links(conn: psycopg.Connection, rows: Rows) -> None:
     if below is not None and below[0] != first_parent:
         raise ForkMismatch(
             f"block {rows.first} from the node does not link to stored block {rows.first - 1}: its parent is"
-            f" {first_parent}, the stored block's hash is {below[0]} (a reorg below the stored blocks?"
-            " `indexer verify --against-node` finds the orphans)")
+            f" {first_parent}, the stored block's hash is {below[0]} (a reorg below the stored blocks?)",
+            rows.first - 1)
     above = stored.get(rows.last + 1)
     if above is not None and above[1] != last_hash:
         raise ForkMismatch(
             f"stored block {rows.last + 1} does not link to block {rows.last} from the node: its parent is"
-            f" {above[1]}, the node's block hash is {last_hash} (a reorg below the stored blocks?"
-            " `indexer verify --against-node` finds the orphans)")
+            f" {above[1]}, the node's block hash is {last_hash} (a reorg below the stored blocks?)",
+            rows.last + 1)
 
 
 # -- what a repair may delete ----------------------------------------------------------------------

@@ -14,10 +14,11 @@ tests/test_verify.py) and from the registered ABIs' event tables (`abi.delete_bl
 nothing decoded from a block outlives it.
 
 With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
-window by window: orphans of a reorg link to each other and pass every check above. Their
-repair, once the comparison is over, asks `forks.plan_rollback` whether the node may be trusted
-with the deletion (its chain, its answers linked, the fork point, the depth); if so it deletes
-every orphan's rows and plans them again, in one transaction, and if not it deletes nothing.
+window by window: orphans of a reorg link to each other and pass every check above. Blocks of
+the range up to the node's head that are not stored are reported too. Their repair, once the
+comparison is over, asks `forks.plan_rollback` whether the node may be trusted with the
+deletion (its chain, its answers linked, the fork point, the depth); if so it deletes every
+orphan's rows and plans them again, in one transaction, and if not it deletes nothing.
 """
 
 from __future__ import annotations
@@ -314,12 +315,14 @@ class NodeReport:
     top: int | None = None  # the highest of them
     orphaned: Runs = field(default_factory=Runs)  # stored hash differs from the node's
     above_head: Runs = field(default_factory=Runs)  # stored, but the node has no such block yet
+    missing: int = 0  # blocks of the range, up to the node's head, with no row
+    missing_runs: list[Run] = field(default_factory=list)  # the first SHOWN of them
     repaired_jobs: int | None = None  # with repair: the jobs planned
     refused: forks.Refusal | None = None  # with repair: why nothing was deleted
 
     @property
     def ok(self) -> bool:
-        return not (self.orphaned.count or self.above_head.count)
+        return not (self.orphaned.count or self.above_head.count or self.missing)
 
 
 def _node_hash(n: int, block: object) -> bytes:
@@ -342,11 +345,11 @@ class Repair:
 def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
                  repair: Repair | None = None, window: int = WINDOW) -> NodeReport:
     """Compares the stored hashes of [start, end) with the node's canonical ones, `window` blocks
-    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction. With
-    `repair`, the orphans' runs are then checked against the node (`forks.plan_rollback`), and
-    deleted and planned again in one short transaction, or, refused, left alone: the round trips
-    to the node never hold the plan lock. IndexerError for a node of another chain: nothing is
-    compared."""
+    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction, and
+    counts the blocks up to the node's head that are not stored. With `repair`, the orphans' runs
+    are then checked against the node (`forks.plan_rollback`), and deleted and planned again in
+    one short transaction, or, refused, left alone: the round trips to the node never hold the
+    plan lock. IndexerError for a node of another chain: nothing is compared."""
     if (other := forks.other_chain(conn, client)) is not None:
         raise IndexerError(f"{other}: nothing compared")
     report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
@@ -370,6 +373,15 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
         after = stored[-1][0] + 1
     report.orphaned.finish()
     report.above_head.finish()
+    # Blocks the node has and the database lacks: a job that met the fork and still waits, or
+    # blocks deleted and not indexed again.
+    up_to_head = min(end, report.head + 1)
+    if start < up_to_head:
+        params = {"start": start, "end": up_to_head}
+        report.missing = up_to_head - start - conn.execute(STORED_BLOCKS, params).fetchone()[0]
+        if report.missing:
+            report.missing_runs = conn.execute(
+                MISSING_RUNS, {"after": start, "end": up_to_head, "limit": SHOWN}).fetchall()
     if repair is not None and orphan_runs:
         assert report.top is not None  # every orphan was compared
         plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window)
@@ -401,6 +413,10 @@ def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]
     if report.orphaned.count:
         lines.append(f"{report.orphaned.count:,} orphaned blocks (stored hash differs from the node's): "
                      f"{_runs(report.orphaned.kept, SHOWN, report.orphaned.more)}")
+    if report.missing:
+        listed = sum(last - first + 1 for first, last in report.missing_runs)
+        lines.append(f"{report.missing:,} missing blocks (not stored, at or below the node's head {report.head:,}): "
+                     f"{_runs(report.missing_runs, SHOWN, listed < report.missing)}")
     if report.above_head.count:
         lines.append(f"{report.above_head.count:,} stored blocks above the node's head {report.head:,}, not compared: "
                      f"{_runs(report.above_head.kept, SHOWN, report.above_head.more)}")

@@ -1,6 +1,6 @@
 """A reorg below stored blocks: `verify --against-node` finds the orphans and `--repair` replaces
-them, once the node is shown to deserve it, and a worker never writes a batch of the new fork
-beside stored blocks of the old one."""
+them, once the node is shown to deserve it; a worker never writes a batch of the new fork beside
+stored blocks of the old one, and the job that met the fork waits for the repair, then completes."""
 
 from __future__ import annotations
 
@@ -46,6 +46,14 @@ def node_hashes(node: Anvil, numbers) -> dict[int, bytes]:
     return {n: bytes.fromhex(node.rpc("eth_getBlockByNumber", hex(n), False)["hash"][2:]) for n in numbers}
 
 
+def fork_mismatches(port: int) -> float:
+    """indexer_fork_mismatches_total of a pool, 0 until its /metrics answers."""
+    try:
+        return scrape(port).get("indexer_fork_mismatches_total", 0)
+    except requests.ConnectionError:
+        return 0
+
+
 def test_verify_against_the_node_finds_the_orphans_and_repair_replaces_them(db_url, conn, node, work):
     head = node.head()
     planner.plan(conn, 0, head + 1, 10)
@@ -86,7 +94,8 @@ def test_verify_against_the_node_finds_the_orphans_and_repair_replaces_them(db_u
     assert_matches_node(conn, node.url, 0, head)
 
 
-def test_a_batch_that_does_not_link_to_stored_blocks_is_given_back_and_never_written(db_url, conn, node, work):
+def test_a_batch_that_does_not_link_is_never_written_and_its_job_waits_for_the_repair_then_completes(
+        db_url, conn, node, work):
     head = node.head()
     fork = head - DEPTH + 1
     below = fork + 2  # stored: 0..below-1, of which fork..below-1 become orphans
@@ -96,20 +105,35 @@ def test_a_batch_that_does_not_link_to_stored_blocks_is_given_back_and_never_wri
     node.reorg(DEPTH)
     planner.plan(conn, below, head + 1, 10)
 
+    # One attempt a job: a mismatch that spent one would fail the job at once.
     port = free_port()
-    w = work(db_url, node.url, "--drain", "--workers", "1", INDEXER_METRICS_PORT=str(port), INDEXER_MAX_ATTEMPTS="1000")
-    error = wait_for(lambda: conn.execute("SELECT last_error FROM jobs WHERE last_error IS NOT NULL").fetchone(),
-                     "the job to be given back")[0]
-    assert error.startswith(f"block {below} from the node does not link to stored block {below - 1}: its parent is ")
-    wait_for(lambda: "given back: block" in w.output(), "the give-back in the log")
-    assert wait_for(lambda: scrape(port).get("indexer_fork_mismatches_total", 0) >= 1, "the fork mismatch counted")
+    w = work(db_url, node.url, "--drain", "--workers", "1", INDEXER_METRICS_PORT=str(port), INDEXER_MAX_ATTEMPTS="1")
+    wait_for(lambda: fork_mismatches(port) >= 3, "three fork mismatches")
+    assert conn.execute("SELECT status, attempts FROM jobs WHERE (payload->>'from')::bigint = %s",
+                        (below,)).fetchone() in [("pending", 0), ("running", 1)]
+    warning = next(line for line in w.output().splitlines() if "does not link" in line)
+    assert " WARNING " in warning and " indexer.worker: job " in warning
+    assert f": block {below} from the node does not link to stored block {below - 1}: its parent is " in warning
+    assert warning.endswith(f"; deferred 0.5 s with no attempt spent, until `indexer verify --from 0 --to {below + 64}"
+                            " --against-node --repair` replaces the orphans")
     # Nothing of the new fork is stored beside the old one.
     assert stored_hashes(conn) == old
 
-    repaired = run_indexer("verify", "--from", "0", "--to", str(head + 1), "--against-node", "--repair",
-                           "--rpc-url", node.url, db_url=db_url)
-    assert repaired.stdout.splitlines()[0] == f"2 orphaned blocks (stored hash differs from the node's): {fork}..{below - 1}"
+    # Before the repair: the orphans, and the blocks of the waiting job, which are not stored.
+    whole = ("verify", "--from", "0", "--to", str(head + 1), "--against-node", "--rpc-url", node.url)
+    found = run_indexer(*whole, db_url=db_url)
+    assert (found.returncode, found.stdout.splitlines()) == (1, [
+        f"2 orphaned blocks (stored hash differs from the node's): {fork}..{below - 1}",
+        f"{head + 1 - below} missing blocks (not stored, at or below the node's head {head}): {below}..{head}"])
+
+    repaired = run_indexer(*whole, "--repair", db_url=db_url)
+    assert repaired.stdout.splitlines()[-1] == "repair: deleted 2 orphaned block(s) and planned 1 job(s) for them"
+    # No other command: the waiting job links now, and the pool drains with no job failed.
     assert w.wait() == 0
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    clean = run_indexer(*whole, db_url=db_url)
+    assert (clean.returncode, clean.stdout.splitlines()) == (
+        0, [f"blocks 0..{head:,}: all {head + 1} stored block(s) have the node's hash"])
     assert stored_hashes(conn) == node_hashes(node, range(head + 1))
     assert_matches_node(conn, node.url, 0, head)
 

@@ -92,3 +92,18 @@ def test_a_block_is_deleted_from_every_table_that_holds_rows_of_a_block(conn, tm
     assert "abi_ping_ping" in schema and "token_transfers" in schema
     with conn.transaction():
         assert sorted(verify.delete_blocks(conn, [])) == schema
+
+
+def test_verify_against_the_node_reports_the_blocks_it_has_and_the_database_lacks(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    assert work(db_url, chain_node.url, "--drain").wait() == 0
+    conn.execute("DELETE FROM blocks WHERE number IN (5, 6)")
+    args = ("verify", "--from", "0", "--to", str(head + 10), "--against-node", "--rpc-url", chain_node.url)
+    holes = run_indexer(*args, db_url=db_url)
+    # Blocks above the node's head are not missing: the node has none to give.
+    assert (holes.returncode, holes.stdout.splitlines()) == (
+        1, [f"2 missing blocks (not stored, at or below the node's head {head}): 5..6"])
+    # A repair leaves them to `indexer verify --repair`: no orphan, nothing deleted or planned.
+    assert run_indexer(*args, "--repair", db_url=db_url).returncode == 1
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
