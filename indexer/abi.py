@@ -673,3 +673,24 @@ def drop(conn: psycopg.Connection, name: str) -> list[str]:
         for table in tables:
             conn.execute(DROP_TABLE.format(table=sql.Identifier(table)))
     return tables
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks deleted (`indexer verify --repair`)
+
+# The key share lock, as in SELECT_REGISTERED, keeps `abi drop` from dropping a table before the
+# deletes from it commit.
+SELECT_EVENT_TABLES = """
+SELECT e.table_name FROM abis a JOIN abi_events e ON e.abi_name = a.name ORDER BY e.table_name FOR KEY SHARE OF a
+"""
+DELETE_BLOCKS_EVENTS = sql.SQL("DELETE FROM {table} WHERE block_number = ANY(%(numbers)s)")
+
+
+def delete_blocks_events(conn: psycopg.Connection, numbers: list[int]) -> list[str]:
+    """Deletes the decoded events of the given blocks from every registered event's table, in
+    the caller's transaction, which deletes the blocks themselves: a block no longer stored keeps
+    no row decoded from its logs. Returns the tables."""
+    tables = [row[0] for row in conn.execute(SELECT_EVENT_TABLES)]
+    for table in tables:
+        conn.execute(DELETE_BLOCKS_EVENTS.format(table=sql.Identifier(table)), {"numbers": numbers})
+    return tables

@@ -165,7 +165,13 @@ def build_parser() -> Parser:
     p.add_argument("--rpc-url", metavar="URL[,URL...]", help="with --against-node: overrides INDEXER_RPC_URL")
     p.add_argument("--repair", action="store_true",
                    help="delete the suspect (or orphaned) blocks' rows and plan jobs for exactly them, in one"
-                   " transaction")
+                   " transaction; with --against-node, only once the node is checked: it serves the database's"
+                   " chain, its blocks link to each other and to the stored block below the orphans, and the"
+                   " orphans are at most --max-depth blocks deep (otherwise one line, exit 1, nothing deleted)")
+    p.add_argument("--max-depth", type=positive_int, metavar="BLOCKS",
+                   help="with --against-node --repair: the deepest reorg repaired, from the highest orphan down to"
+                   f" the stored block the node agrees with (default {settings.DEFAULT_MAX_REORG_DEPTH};"
+                   " INDEXER_MAX_REORG_DEPTH)")
 
     p = commands.add_parser(
         "prune",
@@ -256,13 +262,17 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
     repair_with_chunk = cfg.chunk if args.repair else None
+    if args.max_depth is not None and not (args.against_node and args.repair):
+        return _usage_error(args.command, "--max-depth bounds the repair of --against-node: it goes with both"
+                            " --against-node and --repair")
     if args.against_node:
         if args.roots:
             return _usage_error(args.command, "--roots checks the stored rows; it cannot go with --against-node")
         client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
                            max_batch=cfg.rpc_batch)
+        repair = verify.Repair(cfg.chunk, args.max_depth or cfg.max_reorg_depth) if args.repair else None
         with db.connect(cfg.database_url) as conn:
-            ok = verify.run_against_node(conn, client, args.start, args.end, repair_with_chunk=repair_with_chunk)
+            ok = verify.run_against_node(conn, client, args.start, args.end, repair=repair)
         return 0 if ok else 1
     with db.connect(cfg.database_url) as conn:
         ok = verify.run(conn, args.start, args.end, repair_with_chunk=repair_with_chunk, roots=args.roots)

@@ -36,6 +36,15 @@ MAX_WORKERS = 256
 # stall go unnoticed longer, and a lease becomes a session timeout in milliseconds, which
 # PostgreSQL bounds (2^31 - 1 ms, about 25 days).
 MAX_SECONDS = 3600.0
+# The deepest reorg `indexer verify --against-node --repair` repairs unless told to go deeper:
+# from the highest orphan down to the stored block the node agrees with. 64 blocks are two
+# epochs: Ethereum finalizes a block within them, and its reorgs since the merge have been one or
+# two blocks deep (a handful before it). A repair that would go deeper is far more likely a node
+# that should not be trusted with the deletion than a reorg; a chain with weaker finality
+# (Polygon PoS reorganised 157 blocks in February 2023), or a node that followed a minority fork
+# for hours, needs the setting raised or `--max-depth`.
+DEFAULT_MAX_REORG_DEPTH = 64
+
 # What a worker's name may hold: a host or pod name (Kubernetes' are DNS subdomains, at most 253
 # characters) fits, and nothing that would need quoting where `locked_by` is shown.
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
@@ -107,6 +116,10 @@ class Settings(BaseSettings):
         description="blocks below the head treated as safe when the node has no finalized block (0 to 100,000)"
     )
     use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
+    max_reorg_depth: int = Field(
+        DEFAULT_MAX_REORG_DEPTH, gt=0, le=1_000_000_000,
+        description="the deepest reorg `indexer verify --against-node --repair` repairs without --max-depth: blocks"
+        " from the highest orphan down to the stored block the node agrees with (1 to 1,000,000,000)")
     verify_roots: bool = Field(
         False, description="recompute each block's transactions, receipts and withdrawals roots before writing it"
         " (off by default: it adds about a third to a worker's CPU per dense block; BENCHMARKS.md)")

@@ -8,10 +8,17 @@ Three checks of the stored rows over blocks [start, end):
 `repair` deletes the rows of the suspect blocks and plans jobs for exactly those ranges, in one
 transaction, so that the workers write them again from the node.
 
+A block's rows are deleted with it from every table that holds rows of a block
+(`BLOCK_TABLES`, the tables with a `block_number` column, checked against the schema by
+tests/test_verify.py) and from the registered ABIs' event tables (`abi.delete_blocks_events`):
+nothing decoded from a block outlives it.
+
 With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
-window by window: orphans of a reorg link to each other and pass every check above. Their
-repair, once the comparison is over, deletes every orphan's rows and plans them again, in one
-transaction.
+window by window: orphans of a reorg link to each other and pass every check above. Blocks of
+the range up to the node's head that are not stored are reported too. Their repair, once the
+comparison is over, asks `forks.plan_rollback` whether the node may be trusted with the
+deletion (its chain, its answers linked, the fork point, the depth); if so it deletes every
+orphan's rows and plans them again, in one transaction, and if not it deletes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Callable, Iterable, Iterator
 
 import psycopg
 
-from . import queue, store, stored_roots
+from . import abi, forks, queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
@@ -80,10 +87,19 @@ DELETE_TRANSACTIONS = "DELETE FROM transactions WHERE block_number = ANY(%(numbe
 DELETE_LOGS = "DELETE FROM logs WHERE block_number = ANY(%(numbers)s)"
 DELETE_WITHDRAWALS = "DELETE FROM withdrawals WHERE block_number = ANY(%(numbers)s)"
 # Rows decoded from the logs deleted (schema/008_decoded_events.sql): the decode job that follows
-# the block's indexing writes them again. The tables of registered ABIs are rewritten by that
-# job alone (abi.decode_range replaces its whole range).
+# the block's indexing writes them again.
 DELETE_TOKEN_TRANSFERS = "DELETE FROM token_transfers WHERE block_number = ANY(%(numbers)s)"
-DELETES = (DELETE_TOKEN_TRANSFERS, DELETE_LOGS, DELETE_WITHDRAWALS, DELETE_TRANSACTIONS, DELETE_BLOCKS)
+# Every table of the schema that holds rows of a block, with the statement that deletes them: a
+# table a migration adds with a `block_number` column fails tests/test_verify.py until it is
+# here. The tables of registered ABIs, made at run time, are abi.py's to find. Decoded rows go
+# first, `blocks` last.
+BLOCK_TABLES = {
+    "token_transfers": DELETE_TOKEN_TRANSFERS,
+    "logs": DELETE_LOGS,
+    "withdrawals": DELETE_WITHDRAWALS,
+    "transactions": DELETE_TRANSACTIONS,
+    "blocks": DELETE_BLOCKS,
+}
 
 
 @dataclass
@@ -173,10 +189,18 @@ class Planned:
         self._payloads = []
 
 
+def delete_blocks(conn: psycopg.Connection, numbers: list[int]) -> list[str]:
+    """Deletes the blocks and every row of them, the events the registered ABIs decoded from
+    their logs included, in the caller's transaction. Returns the tables deleted from."""
+    events = abi.delete_blocks_events(conn, numbers)
+    for statement in BLOCK_TABLES.values():
+        conn.execute(statement, {"numbers": numbers})
+    return [*events, *BLOCK_TABLES]
+
+
 def _delete(conn: psycopg.Connection, numbers: list[int], window: int) -> None:
     for i in range(0, len(numbers), window):
-        for statement in DELETES:
-            conn.execute(statement, {"numbers": numbers[i:i + window]})
+        delete_blocks(conn, numbers[i:i + window])
 
 
 def repair(conn: psycopg.Connection, report: Report, chunk: int, *, window: int = WINDOW) -> int:
@@ -288,13 +312,17 @@ class Runs:
 class NodeReport:
     head: int  # the node's head when the comparison began
     compared: int = 0  # stored blocks at or below it
+    top: int | None = None  # the highest of them
     orphaned: Runs = field(default_factory=Runs)  # stored hash differs from the node's
     above_head: Runs = field(default_factory=Runs)  # stored, but the node has no such block yet
+    missing: int = 0  # blocks of the range, up to the node's head, with no row
+    missing_runs: list[Run] = field(default_factory=list)  # the first SHOWN of them
     repaired_jobs: int | None = None  # with repair: the jobs planned
+    refused: forks.Refusal | None = None  # with repair: why nothing was deleted
 
     @property
     def ok(self) -> bool:
-        return not (self.orphaned.count or self.above_head.count)
+        return not (self.orphaned.count or self.above_head.count or self.missing)
 
 
 def _node_hash(n: int, block: object) -> bytes:
@@ -306,12 +334,24 @@ def _node_hash(n: int, block: object) -> bytes:
         raise IndexerError(f"block {n}: the node answered a hash that is not hex: {block['hash'][:80]!r}") from None
 
 
+@dataclass(frozen=True)
+class Repair:
+    """What `--repair` does with the orphans `--against-node` finds."""
+
+    chunk: int  # blocks per job planned
+    max_depth: int  # the deepest reorg repaired (`forks.plan_rollback`)
+
+
 def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                 repair_with_chunk: int | None = None, window: int = WINDOW) -> NodeReport:
+                 repair: Repair | None = None, window: int = WINDOW) -> NodeReport:
     """Compares the stored hashes of [start, end) with the node's canonical ones, `window` blocks
-    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction. With
-    `repair_with_chunk`, the orphans' runs are then deleted and planned again in one short
-    transaction: the comparison's round trips to the node never hold the plan lock."""
+    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction, and
+    counts the blocks up to the node's head that are not stored. With `repair`, the orphans' runs
+    are then checked against the node (`forks.plan_rollback`), and deleted and planned again in
+    one short transaction, or, refused, left alone: the round trips to the node never hold the
+    plan lock. IndexerError for a node of another chain: nothing is compared."""
+    if (other := forks.other_chain(conn, client)) is not None:
+        raise IndexerError(f"{other}: nothing compared")
     report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
     orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
     report.orphaned = Runs(closed=orphan_runs.append)
@@ -326,13 +366,29 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
         for n, _ in stored[len(below):]:
             report.above_head.add(n)
         report.compared += len(below)
+        if below:
+            report.top = below[-1][0]
         if len(stored) < window:
             break
         after = stored[-1][0] + 1
     report.orphaned.finish()
     report.above_head.finish()
-    if repair_with_chunk is not None:
-        report.repaired_jobs = replan_orphans(conn, orphan_runs, repair_with_chunk, window=window)
+    # Blocks the node has and the database lacks: a job that met the fork and still waits, or
+    # blocks deleted and not indexed again.
+    up_to_head = min(end, report.head + 1)
+    if start < up_to_head:
+        params = {"start": start, "end": up_to_head}
+        report.missing = up_to_head - start - conn.execute(STORED_BLOCKS, params).fetchone()[0]
+        if report.missing:
+            report.missing_runs = conn.execute(
+                MISSING_RUNS, {"after": start, "end": up_to_head, "limit": SHOWN}).fetchall()
+    if repair is not None and orphan_runs:
+        assert report.top is not None  # every orphan was compared
+        plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window)
+        if isinstance(plan, forks.Refusal):
+            report.refused = plan
+        else:
+            report.repaired_jobs = replan_orphans(conn, plan.orphans, repair.chunk, window=window)
     return report
 
 
@@ -357,21 +413,35 @@ def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]
     if report.orphaned.count:
         lines.append(f"{report.orphaned.count:,} orphaned blocks (stored hash differs from the node's): "
                      f"{_runs(report.orphaned.kept, SHOWN, report.orphaned.more)}")
+    if report.missing:
+        listed = sum(last - first + 1 for first, last in report.missing_runs)
+        lines.append(f"{report.missing:,} missing blocks (not stored, at or below the node's head {report.head:,}): "
+                     f"{_runs(report.missing_runs, SHOWN, listed < report.missing)}")
     if report.above_head.count:
         lines.append(f"{report.above_head.count:,} stored blocks above the node's head {report.head:,}, not compared: "
                      f"{_runs(report.above_head.kept, SHOWN, report.above_head.more)}")
     if not lines:
         lines.append(f"blocks {start:,}..{end - 1:,}: all {report.compared:,} stored block(s) have the node's hash")
-    if report.repaired_jobs is not None and report.orphaned.count:
+    if report.repaired_jobs is not None:
         lines.append(f"repair: deleted {report.orphaned.count:,} orphaned block(s) and planned"
                      f" {report.repaired_jobs} job(s) for them")
     return lines
 
 
+def refusal_line(refused: forks.Refusal) -> str:
+    """The one line of a refused repair."""
+    beyond = (f" (INDEXER_MAX_REORG_DEPTH; `--max-depth {refused.depth}` deletes them)"
+              if refused.depth is not None else "")
+    return f"repair refused: {refused.reason}{beyond}; nothing deleted"
+
+
 def run_against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                     repair_with_chunk: int | None) -> bool:
-    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well."""
-    report = against_node(conn, client, start, end, repair_with_chunk=repair_with_chunk)
+                     repair: Repair | None) -> bool:
+    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well.
+    IndexerError, after the report, for a repair refused."""
+    report = against_node(conn, client, start, end, repair=repair)
     for line in describe_against_node(report, start, end):
         print(line)
+    if report.refused is not None:
+        raise IndexerError(refusal_line(report.refused))
     return report.ok

@@ -9,8 +9,10 @@
    the progress counters); then the job claimed ahead or with the completion runs, or the
    worker claims again, or waits for a NOTIFY.
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
-when no retry can help. A draining worker (`indexer work --drain`) stops when no job is pending
-or running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
+when no retry can help; a batch that does not link to the stored blocks (`forks.ForkMismatch`)
+defers the job with no attempt spent, saying at WARNING which `indexer verify` makes it link. A
+draining worker (`indexer work --drain`) stops when no job is pending or running, or, with
+`EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
 (`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent (with
 the database away, it cannot: it says which jobs the reaper will take back, and exits). The
 database going away is survived: the worker reconnects with backoff and gives back the jobs it
@@ -36,6 +38,7 @@ from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
 from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unrunnable
 from .errors import Secrets, first_line, redact
+from .forks import ForkMismatch
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
 from .rpc import RpcClient, RpcError
@@ -280,6 +283,13 @@ class Worker:
             ended = LOST
         except Stopping:
             return None  # run() gives back every job held
+        except ForkMismatch as exc:
+            # No attempt can link while the orphans are stored, and the repair that removes them
+            # makes this very job link: it waits for that, however long, instead of failing.
+            log.warning("job %d: %s; deferred %g s with no attempt spent, until `%s` replaces the orphans",
+                        job.id, exc, self.cfg.defer_seconds, exc.repair_command(self.cfg.max_reorg_depth))
+            deferred = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
+            ended = Ended(Outcome.DEFERRED, "its blocks do not link to the stored ones") if deferred else LOST
         except (RpcError, ChainDataError) as exc:
             ended = self._give_back(job, str(exc))
         except psycopg.OperationalError:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from indexer import partitions, planner, verify
+import json
+
+from indexer import abi, partitions, planner, verify
 from indexer.block_range import cut
 from indexer.testing.node_compare import assert_matches_node
 
@@ -68,3 +70,40 @@ def test_verify_of_thirty_million_blocks_with_few_stored_holds_runs_not_numbers(
     expected = [r.payload() for first, last in runs for r in cut(first, last + 1, 10_000)]
     assert jobs == len(expected)
     assert [r[0] for r in conn.execute("SELECT payload FROM jobs ORDER BY id")] == expected
+
+
+# Every table of the schema with a column of block numbers, partitions aside.
+TABLES_OF_BLOCKS = """
+SELECT DISTINCT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND NOT a.attisdropped AND (a.attname = 'block_number' OR (c.relname, a.attname) = ('blocks', 'number'))
+ORDER BY 1
+"""
+
+PING = [{"type": "event", "name": "Ping", "inputs": [{"name": "from", "type": "address", "indexed": True},
+                                                      {"name": "word", "type": "bytes32", "indexed": False}]}]
+
+
+def test_a_block_is_deleted_from_every_table_that_holds_rows_of_a_block(conn, tmp_path):
+    """A table a migration adds, or an ABI registers, cannot be left out of the deletion."""
+    (tmp_path / "ping.json").write_text(json.dumps(PING))
+    abi.add(conn, abi.registration("ping", str(tmp_path / "ping.json")), chunk=10)
+    schema = [r[0] for r in conn.execute(TABLES_OF_BLOCKS)]
+    assert "abi_ping_ping" in schema and "token_transfers" in schema
+    with conn.transaction():
+        assert sorted(verify.delete_blocks(conn, [])) == schema
+
+
+def test_verify_against_the_node_reports_the_blocks_it_has_and_the_database_lacks(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    assert work(db_url, chain_node.url, "--drain").wait() == 0
+    conn.execute("DELETE FROM blocks WHERE number IN (5, 6)")
+    args = ("verify", "--from", "0", "--to", str(head + 10), "--against-node", "--rpc-url", chain_node.url)
+    holes = run_indexer(*args, db_url=db_url)
+    # Blocks above the node's head are not missing: the node has none to give.
+    assert (holes.returncode, holes.stdout.splitlines()) == (
+        1, [f"2 missing blocks (not stored, at or below the node's head {head}): 5..6"])
+    # A repair leaves them to `indexer verify --repair`: no orphan, nothing deleted or planned.
+    assert run_indexer(*args, "--repair", db_url=db_url).returncode == 1
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
