@@ -5,7 +5,7 @@
 2. Its batches are fetched ahead of the writer (`prefetch.py`); once the last of them is asked
    for, the worker claims its next job and that job's first batches fill the room left.
 3. Each batch is one short transaction: `forks.check_links` (the batch must link to the stored
-   blocks on either side of it, or the job is given back: it would write a second fork), then
+   blocks on either side of it, or the job is deferred: it would write a second fork), then
    `store.write`, then `queue.heartbeat` (extends the lease, records the resume cursor, checks
    the token). A heartbeat that finds no row means the reaper took the job back: the
    transaction, batch and all, is rolled back, and the claim ends as lost. The heartbeat also

@@ -79,7 +79,7 @@ class Counted:
                                multiprocess_mode="max", registry=None)
         self.fork_mismatches = Counter(
             "indexer_fork_mismatches", "Batches refused because they do not link to the stored blocks beside them"
-            " (the node and the database are on different forks); the job is given back", registry=None)
+            " (the node and the database are on different forks); the job is deferred with no attempt spent", registry=None)
         self.job_splits = Counter(
             "indexer_job_splits", "Running jobs split by an idle worker, which took the second half of"
             " their blocks left", registry=None)

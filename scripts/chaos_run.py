@@ -10,7 +10,7 @@ stalls others with SIGSTOP past their lease and resumes them, and restarts Postg
 shutdown) --restarts times. It also reorganises the chain below stored blocks: the top blocks
 but the last few are planned first, and once they are stored, anvil replaces the top
 REORG_DEPTH blocks; the last few, indexed later from the new fork, do not link to the stored
-orphans, and the workers give their jobs back until, as an operator answering the alert would,
+orphans, and the workers defer their jobs (no attempt spent) until, as an operator answering the alert would,
 the run has `indexer verify --against-node --repair` delete the orphans and plan them again.
 Then it lets the backfill finish and checks, and prints: every block present once, the
 parent-hash chain continuous, transaction and log counts equal to the node's, every stored hash
@@ -172,7 +172,7 @@ class Reorg:
         return stored == REORG_DEPTH - LATE
 
     def repair_once_refused(self, log: Path) -> None:
-        """Repairs the orphans once a worker has given a job back because it did not link."""
+        """Repairs the orphans once a worker has deferred a job because it did not link."""
         if not self.repairs and "does not link" in log.read_text():
             self.against_node(repair=True)
 
@@ -234,7 +234,7 @@ def report(url: str, node: Anvil, head: int, code: object, events: dict, served:
     print(f"faults injected: {events}; node answers: {served}")
     print(f"leases taken back by the reaper: {expired}; stale heartbeats/completions rejected: {stale}; "
           f"jobs run more than once: {archived[1]} of {archived[0]}; blocks lost: {lost}")
-    print(f"reorg of the top {REORG_DEPTH} blocks: batches refused by the link check (job given back): {refused}; "
+    print(f"reorg of the top {REORG_DEPTH} blocks: batches refused by the link check (job deferred): {refused}; "
           f"orphaned blocks deleted and planned again: {reorg.orphans_repaired} in {reorg.repairs} repair(s)"
           f"{'; drained again after the last repair' if drained_again is not None else ''}")
     for what, ok in checks.items():
