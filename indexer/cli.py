@@ -15,7 +15,7 @@ import pydantic
 
 from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .block_range import MAX_END
-from .errors import IndexerError, Secrets, first_line, redact
+from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
 from .logs import configure as configure_logs
 from .rpc import RpcClient
 from .settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
@@ -356,6 +356,9 @@ COMMANDS = {
 SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
+DEFAULT_DATABASE = "INDEXER_DATABASE_URL is not set, and this is its default"
+
+
 def _interrupt() -> None:
     raise KeyboardInterrupt
 
@@ -372,22 +375,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
         message = err["msg"].removeprefix("Value error, ")
         return _usage_error(args.command, f"{where}: {message}")
+    try:
+        db.check_url(cfg.database_url)
+    except ValueError as exc:
+        return _usage_error(args.command, f"{'--database-url' if args.database_url else 'INDEXER_DATABASE_URL'}: {exc}")
     configure_logs(cfg.log_level, Secrets.of(cfg))
     # A command that can stop cleanly (work, status, reap, monitor) installs its own handler.
     signals.on_stop(_interrupt)
+    # Errors about the database name the one reached (a default URL may reach a cluster that is not the indexer's).
+    database = db.where(cfg.database_url)
+    default = "database_url" not in cfg.model_fields_set
     try:
         return COMMANDS[args.command](cfg, args)
     except IndexerError as exc:
-        print(f"indexer {args.command}: error: {exc}", file=sys.stderr)
+        hint = f" ({DEFAULT_DATABASE})" if default and isinstance(exc, DatabaseUnavailable) else ""
+        print(f"indexer {args.command}: error: {exc}{hint}", file=sys.stderr)
         return exc.exit_code
     except psycopg.errors.UndefinedTable as exc:
-        print(f"indexer {args.command}: error: {first_line(exc)}: run `indexer migrate` first", file=sys.stderr)
+        advice = (f"{DEFAULT_DATABASE}: set it to the indexer's database, or run `indexer migrate` to make this"
+                  " one the indexer's") if default else "run `indexer migrate` first"
+        print(f"indexer {args.command}: error: {database} lacks the indexer's tables ({first_line(exc)}): {advice}",
+              file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.OperationalError as exc:
-        print(f"indexer {args.command}: error: lost the database: {redact(first_line(exc))}", file=sys.stderr)
+        print(f"indexer {args.command}: error: lost {database}: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.Error as exc:
-        print(f"indexer {args.command}: error: database error: {redact(first_line(exc))}", file=sys.stderr)
+        print(f"indexer {args.command}: error: {database}: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         print(f"indexer {args.command}: interrupted", file=sys.stderr)
