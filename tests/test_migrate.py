@@ -163,3 +163,15 @@ def test_a_database_with_jobs_migrates_to_decoded_events_in_place(blank_db_url):
         assert c.execute("SELECT kind, payload FROM jobs").fetchall() == [("decode_logs", {"from": 0, "to": 9})]
         with pytest.raises(psycopg.errors.CheckViolation):
             c.execute("INSERT INTO jobs (kind, payload) VALUES ('decode_logs', '{\"from\": 5}')")
+
+
+def test_a_migration_that_fails_is_named_with_those_applied_before_it(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE blocks (number bigint)")  # in the way of migration 002
+    result = run_indexer("migrate", db_url=blank_db_url)
+    assert result.returncode == 1 and result.stdout == ""
+    parts = conninfo_to_dict(blank_db_url)
+    assert result.stderr.splitlines() == [
+        f'indexer migrate: error: migration 002_chain failed in database "{parts["dbname"]}" on'
+        f' {parts["host"]}:{parts["port"]}, rolled back: relation "blocks" already exists (applied before it: 001_jobs)']
+    assert applied(blank_db_url) == ["001_jobs"]
