@@ -177,7 +177,7 @@ def test_only_ascii_digits_are_block_numbers(db_url, conn, text):
 def test_block_numbers_may_be_grouped_by_thousands_with_commas(db_url, conn):
     result = run_indexer("plan", "--from", "10,000", "--to", "30,000", "--chunk", "10,000", db_url=db_url)
     assert result.returncode == 0, result.stderr
-    assert "planned 2 jobs (20,000 blocks)" in result.stdout
+    assert "planned 2 index_blocks jobs (20,000 blocks)" in result.stdout
 
 
 @pytest.mark.parametrize(("age", "message"), [
