@@ -68,7 +68,7 @@ def fail_every_job_through_the_gateway(db_url, conn, chain_node, work, level: st
     errors = [e for (e,) in conn.execute("SELECT last_error FROM jobs UNION ALL SELECT last_error FROM jobs_history")]
     assert len(errors) == JOBS and all("***" in e for e in errors), errors
     assert {f["last_error"] for f in json.loads(as_json.stdout)["failed_jobs"]} == set(errors)
-    assert text.stdout.count("failed job") == JOBS
+    assert sum(line.startswith("failed job ") for line in text.stdout.splitlines()) == JOBS
     return w.output(), text, as_json, errors
 
 
