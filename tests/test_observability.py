@@ -323,5 +323,5 @@ def test_monitor_with_the_database_down_is_one_line(db_url):
                                                             "INDEXER_METRICS_PORT": str(free_port())},
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
-    assert result.stderr.startswith("indexer monitor: error: cannot connect to the database")
-    assert "pw123" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stderr.splitlines() == [
+        'indexer monitor: error: cannot connect to database "x" on 127.0.0.1:1: Connection refused']
