@@ -8,6 +8,7 @@ import re
 import sys
 import threading
 from datetime import timedelta
+from importlib import metadata
 from typing import Callable, NoReturn, Sequence
 
 import psycopg
@@ -15,10 +16,11 @@ import pydantic
 
 from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .block_range import MAX_END
-from .errors import IndexerError, Secrets, first_line, redact
+from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
 from .logs import configure as configure_logs
 from .rpc import RpcClient
 from .settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
+from .wording import counted
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -108,9 +110,17 @@ def build_parser() -> Parser:
     common.add_argument("--log-level", choices=LOG_LEVELS, help="overrides INDEXER_LOG_LEVEL (default INFO)")
 
     parser = Parser(prog="indexer", description="Backfill EVM chain data into Postgres, coordinated by SKIP LOCKED.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('skiplock-indexer')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    commands.add_parser("migrate", parents=[common], help="create or upgrade the schema (safe to run concurrently)")
+    commands.add_parser(
+        "migrate",
+        parents=[common],
+        help="create or upgrade the schema (safe to run concurrently)",
+        description="Create the indexer's tables in the database INDEXER_DATABASE_URL names, or apply the "
+        "migrations it lacks, each in its own transaction, and list those applied. Safe to run concurrently: "
+        "a second run waits for the first, then finds nothing to do.",
+    )
 
     p = commands.add_parser(
         "plan",
@@ -182,14 +192,38 @@ def build_parser() -> Parser:
     )
     p.add_argument("--older-than", type=retention_age, required=True, metavar="AGE", help="e.g. 30d or 12h")
 
-    p = commands.add_parser("reap", parents=[common], help="take back expired leases (one pass)")
+    p = commands.add_parser(
+        "reap",
+        parents=[common],
+        help="take back expired leases (one pass)",
+        description="Take back the jobs whose worker stopped renewing its lease (it crashed, stalled or lost the "
+        "database): each goes back to pending with backoff, or to failed once out of attempts. `indexer work` "
+        "runs the same pass every INDEXER_REAP_SECONDS; this runs it once, or every --every seconds.",
+    )
     p.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="repeat every SECONDS until stopped")
     p.add_argument("--max-attempts", type=positive_int, metavar="N", help="overrides INDEXER_MAX_ATTEMPTS")
 
-    p = commands.add_parser("retry", parents=[common], help="re-queue failed jobs")
+    p = commands.add_parser(
+        "retry",
+        parents=[common],
+        help="re-queue failed jobs",
+        description="Put every failed job back to pending with its attempts reset; its last error stays until it "
+        "runs again. Until then a failed job's blocks count neither as indexed nor as left to do.",
+    )
     p.add_argument("--failed", action="store_true", required=True, help="re-queue every failed job")
 
-    p = commands.add_parser("status", parents=[common], help="progress, speed, ETA, and what went wrong")
+    p = commands.add_parser(
+        "status",
+        parents=[common],
+        help="progress, speed, ETA, and what went wrong",
+        description="From the database alone: the jobs of each kind by status (index_blocks: the planned block "
+        "ranges and the parts idle workers split off running ones; decode_logs: one per indexed range, decoding "
+        "its stored logs; index_partition: one per partition of the chain tables whose blocks are all in, "
+        "building its query indexes), blocks indexed of planned, the speed (over the last 5 minutes, or over "
+        "the time the indexing ran once it has ended), the ETA or the block that jobs wait for the chain to "
+        "reach, the partitions, the oldest pending job's wait, expired leases, the RPC endpoints' rates and the "
+        "failed jobs with their last error.",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (one per refresh with --watch)")
     p.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, metavar="SECONDS",
                    help="refresh every SECONDS (default 2) until stopped")
@@ -218,9 +252,13 @@ def build_parser() -> Parser:
                    help="decode only logs of this block and above (default 0)")
     a.add_argument("--chunk", type=chunk_size, metavar="BLOCKS",
                    help="blocks per decode job (default 10000; INDEXER_CHUNK)")
-    actions.add_parser("list", parents=[common], help="the ABIs registered, their tables and rows decoded so far")
+    actions.add_parser("list", parents=[common], help="the ABIs registered, their tables and rows decoded so far",
+                       description="List the registered ABIs: each one's addresses, first block and event tables, "
+                       "with the rows decoded into each so far.")
     a = actions.add_parser("drop", parents=[common],
-                           help="drop an ABI's tables and its registration, in one transaction")
+                           help="drop an ABI's tables and its registration, in one transaction",
+                           description="Drop the event tables of the ABI registered as NAME, and its registration, in "
+                           "one transaction.")
     a.add_argument("name", metavar="NAME")
     return parser
 
@@ -237,9 +275,11 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
         db.check_schema(conn)  # a database migrated by an older version lacks the partitions' function
         result = planner.plan(conn, args.start, args.end, cfg.chunk, partition_blocks=cfg.partition_blocks,
                               index_now=cfg.query_indexes == "during")
+    already = result.blocks_already_planned
     print(
-        f"planned {result.jobs_added:,} jobs ({result.blocks_added:,} blocks) for blocks "
-        f"{args.start:,}..{args.end - 1:,}; {result.blocks_already_planned:,} blocks were already planned"
+        f"planned {counted(result.jobs_added, 'index_blocks job')} ({counted(result.blocks_added, 'block')}) for"
+        f" blocks {args.start:,}..{args.end - 1:,}; {counted(already, 'block')} {'was' if already == 1 else 'were'}"
+        " already planned"
     )
     return 0
 
@@ -321,7 +361,7 @@ def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
     for event in added.anonymous:
         print(f"skipped anonymous {event.describe()}: it has no topic0 to find its logs by")
     since = f" from block {args.from_block:,}" if args.from_block else ""
-    print(f"planned {added.jobs:,} decode job(s) ({added.blocks:,} blocks) for the blocks indexed so far{since};"
+    print(f"planned {added.jobs:,} decode job(s) ({counted(added.blocks, 'block')}) for the blocks indexed so far{since};"
           " blocks indexed later are decoded as they are")
     return 0
 
@@ -366,6 +406,9 @@ COMMANDS = {
 SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
+DEFAULT_DATABASE = "INDEXER_DATABASE_URL is not set, and this is its default"
+
+
 def _interrupt() -> None:
     raise KeyboardInterrupt
 
@@ -382,22 +425,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "INDEXER_" + "_".join(str(p) for p in err["loc"]).upper()
         message = err["msg"].removeprefix("Value error, ")
         return _usage_error(args.command, f"{where}: {message}")
+    try:
+        db.check_url(cfg.database_url)
+    except ValueError as exc:
+        return _usage_error(args.command, f"{'--database-url' if args.database_url else 'INDEXER_DATABASE_URL'}: {exc}")
     configure_logs(cfg.log_level, Secrets.of(cfg))
     # A command that can stop cleanly (work, status, reap, monitor) installs its own handler.
     signals.on_stop(_interrupt)
+    # Errors about the database name the one reached (a default URL may reach a cluster that is not the indexer's).
+    database = db.where(cfg.database_url)
+    default = "database_url" not in cfg.model_fields_set
     try:
         return COMMANDS[args.command](cfg, args)
     except IndexerError as exc:
-        print(f"indexer {args.command}: error: {exc}", file=sys.stderr)
+        hint = f" ({DEFAULT_DATABASE})" if default and isinstance(exc, DatabaseUnavailable) else ""
+        print(f"indexer {args.command}: error: {exc}{hint}", file=sys.stderr)
         return exc.exit_code
     except psycopg.errors.UndefinedTable as exc:
-        print(f"indexer {args.command}: error: {first_line(exc)}: run `indexer migrate` first", file=sys.stderr)
+        advice = (f"{DEFAULT_DATABASE}: set it to the indexer's database, or run `indexer migrate` to make this"
+                  " one the indexer's") if default else "run `indexer migrate` first"
+        print(f"indexer {args.command}: error: {database} lacks the indexer's tables ({first_line(exc)}): {advice}",
+              file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.OperationalError as exc:
-        print(f"indexer {args.command}: error: lost the database: {redact(first_line(exc))}", file=sys.stderr)
+        print(f"indexer {args.command}: error: lost {database}: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.Error as exc:
-        print(f"indexer {args.command}: error: database error: {redact(first_line(exc))}", file=sys.stderr)
+        print(f"indexer {args.command}: error: {database}: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         print(f"indexer {args.command}: interrupted", file=sys.stderr)

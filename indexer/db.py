@@ -7,14 +7,14 @@ example several containers starting at once): the second waits, then finds nothi
 
 from __future__ import annotations
 
-import logging
+import re
 from pathlib import Path
 
 import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 
-from .errors import DatabaseUnavailable, IndexerError, first_line
-
-log = logging.getLogger(__name__)
+from .errors import DatabaseUnavailable, IndexerError, first_line, redact
 
 # Arbitrary but fixed: every `indexer migrate` process contends for the same lock.
 MIGRATE_LOCK_KEY = 0x736B69706C6F636B  # "skiplock"
@@ -31,17 +31,60 @@ LOCK_MIGRATIONS = "SELECT pg_advisory_lock(%(key)s)"
 UNLOCK_MIGRATIONS = "SELECT pg_advisory_unlock(%(key)s)"
 
 
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+# libpq's preamble to why a connection failed, which `where` says better.
+_LIBPQ_PREAMBLE = re.compile(r'^(?:connection failed: )?connection to server (?:at|on) .*? failed: (?:FATAL: +)?')
+
+
+def check_url(url: str) -> None:
+    """ValueError, saying what a database URL must look like, unless `url` is a PostgreSQL URL
+    or key=value string (libpq's own words would be `missing "=" after "http://..."`)."""
+    scheme = _URL_SCHEME.match(url)
+    if scheme and scheme[1].lower() not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL (it begins with {scheme[1]}://): give postgresql://USER@HOST:PORT/DATABASE,"
+                         " with USER:PASSWORD@ if a password is needed, or key=value pairs (host=... port=... dbname=...)")
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a PostgreSQL URL or key=value string: {redact(first_line(exc))}") from None
+
+
+def where(url: str) -> str:
+    """Which database `url` reaches, for messages: 'database "indexer" on 127.0.0.1:5432', with
+    libpq's defaults for what it leaves out (PGHOST, PGPORT, PGDATABASE, the user's name). Never
+    the password."""
+    try:
+        given = {k: str(v) for k, v in conninfo_to_dict(url).items() if v not in (None, "")}
+    except psycopg.ProgrammingError:
+        return "the database"
+    defaults = {o.keyword.decode(): o.val.decode() for o in pq.Conninfo.get_defaults() if o.val}
+
+    def value(key: str) -> str:
+        return given.get(key) or defaults.get(key, "")
+
+    host, port = value("host") or value("hostaddr"), value("port") or "5432"
+    dbname = value("dbname") or value("user")
+    if not host:
+        server = f"the local socket, port {port}"
+    elif host.startswith("/"):
+        server = f"the socket in {host}, port {port}"
+    else:
+        server = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f'database "{dbname}" on {server}'
+
+
 def connect(url: str, *, autocommit: bool = True, application_name: str = "indexer") -> psycopg.Connection:
     """A connection, autocommit by default: queue statements commit one by one, never holding a
-    transaction open across a job."""
+    transaction open across a job. DatabaseUnavailable names the database (`where`)."""
     try:
         return psycopg.connect(
             url, autocommit=autocommit, application_name=application_name, connect_timeout=10
         )
-    except psycopg.ProgrammingError as exc:  # malformed conninfo
+    except psycopg.ProgrammingError as exc:  # malformed conninfo (the CLI checks it before: `check_url`)
         raise DatabaseUnavailable(f"invalid database URL: {exc}") from None
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to the database: {first_line(exc)}") from None
+        reason = _LIBPQ_PREAMBLE.sub("", first_line(exc))
+        raise DatabaseUnavailable(f"cannot connect to {where(url)}: {reason}") from None
 
 
 # Worker sessions never sit idle inside a transaction, and no statement of theirs runs long; the
@@ -98,11 +141,12 @@ def check_schema(conn: psycopg.Connection) -> None:
     applied = {row[0] for row in conn.execute(SELECT_APPLIED)}  # UndefinedTable: none applied
     missing = [p.stem for p in migration_files() if p.stem not in applied]
     if missing:
-        raise IndexerError(f"the database lacks migration(s) {', '.join(missing)}: run `indexer migrate` first")
+        raise IndexerError(f"{where(conn.info.dsn)} lacks migration(s) {', '.join(missing)}: run `indexer migrate` first")
 
 
 def migrate(conn: psycopg.Connection) -> list[str]:
-    """Applies pending migrations; returns the versions applied by this call."""
+    """Applies pending migrations; returns the versions applied by this call, which the caller
+    reports. A migration that fails is named, with those this call applied before it."""
     applied_now: list[str] = []
     conn.execute(LOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     try:
@@ -112,10 +156,14 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             version = path.stem
             if version in done:
                 continue
-            with conn.transaction():
-                conn.execute(path.read_text())
-                conn.execute(INSERT_APPLIED, {"version": version})
-            log.info("applied migration %s", version)
+            try:
+                with conn.transaction():
+                    conn.execute(path.read_text())
+                    conn.execute(INSERT_APPLIED, {"version": version})
+            except psycopg.Error as exc:
+                before = f" (applied before it: {', '.join(applied_now)})" if applied_now else ""
+                raise IndexerError(f"migration {version} failed in {where(conn.info.dsn)}, rolled back:"
+                                   f" {first_line(exc)}{before}") from None
             applied_now.append(version)
     finally:
         conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})

@@ -18,12 +18,21 @@ def redact(text: str) -> str:
     return _KV_PASSWORD.sub(lambda m: f"{m['key']}***", text)
 
 
-# A part of a configured URL is scrubbed on its own, wherever it appears, from this length up:
-# API keys are 32 characters or more, while shorter segments ("v3", "rpc", "mainnet") are words
-# that scrubbing everywhere would only garble messages with. Shorter parts are still scrubbed as
-# part of the whole path or query they belong to.
+# A part of a configured URL this long or longer is scrubbed wherever it appears, even inside
+# another word: API keys are 32 characters or more, and a gateway may glue one to anything. A
+# shorter part is scrubbed only as a whole token: where neither side touches a letter, a digit or
+# "_", nor a "." "-" or "~" joined to one. So a 6-character key quoted alone ("unknown key
+# Sh0rt7", "/v3/Sh0rt7?") goes, while the same letters inside "indexer.rpc", "eth_getBlockByNumber"
+# or "v3.2" stay, and a message loses at most the token itself.
 MIN_SECRET = 8
 SCRUBBED = "***"
+_WORD = "A-Za-z0-9_"
+_JOINER = ".~-"
+
+
+def _token(part: str) -> str:
+    return (rf"(?<![{_WORD}])(?<![{_WORD}][{_JOINER}]){re.escape(part)}"
+            rf"(?![{_WORD}])(?![{_JOINER}][{_WORD}])")
 
 
 class _Configured(Protocol):
@@ -36,12 +45,16 @@ class _Configured(Protocol):
 class Secrets:
     """The secret parts of the configured URLs, and `scrub`, which takes them out of any text.
 
-    From an RPC URL: its whole path and query (unless just "/"), its "user:password", and each
-    path segment, query value, user and password of at least MIN_SECRET characters on its own
-    (gateways echo parts), each as written and percent-decoded. From the database URL (URL or
-    key=value form): its password, from MIN_SECRET characters (shorter ones, like the compose
-    file's "indexer", are words of every log line); `redact`'s patterns apply as well, which
-    find passwords of any length, configured or not, in URLs and conninfo strings."""
+    From an RPC URL: its whole path and query (unless just "/"), its "user:password", each path
+    segment, query value and password whatever its length, and its user from MIN_SECRET
+    characters (a short one, like "me", is a word), each as written and percent-decoded. Path
+    segments and query values of digits alone shorter than MIN_SECRET (a chain id, a version)
+    are no keys: scrubbed alone they would blank every such number in every message, so they go
+    only with the whole path or query. From the database URL (URL or key=value form): its
+    password, from MIN_SECRET characters (shorter ones, like the compose file's "indexer", are
+    words of every log line); `redact`'s patterns apply as well, which find passwords of any
+    length, configured or not, in URLs and conninfo strings. Parts shorter than MIN_SECRET are
+    scrubbed as whole tokens (above)."""
 
     def __init__(self, rpc_urls: Iterable[str] = (), database_url: str | None = None) -> None:
         parts: set[str] = set()
@@ -51,7 +64,8 @@ class Secrets:
             parts |= {p for p in _database_passwords(database_url) if len(p) >= MIN_SECRET}
         found = {v for p in parts for v in (p, unquote(p)) if v.strip()}
         self.parts = sorted(found, key=len, reverse=True)  # longest first: a part inside another goes with it
-        self._pattern = re.compile("|".join(map(re.escape, self.parts))) if self.parts else None
+        alternatives = [re.escape(p) if len(p) >= MIN_SECRET else _token(p) for p in self.parts]
+        self._pattern = re.compile("|".join(alternatives)) if alternatives else None
 
     @classmethod
     def of(cls, cfg: _Configured) -> "Secrets":
@@ -63,6 +77,11 @@ class Secrets:
         return redact(text)
 
 
+def _a_key(part: str) -> bool:
+    """Whether a path segment or query value may be a key (see `Secrets`)."""
+    return bool(part) and not (part.isdigit() and len(part) < MIN_SECRET)
+
+
 def _url_secrets(url: str) -> set[str]:
     try:
         parts = urlsplit(url)
@@ -71,16 +90,22 @@ def _url_secrets(url: str) -> set[str]:
     found: set[str] = set()
     if parts.path not in ("", "/"):
         found.add(parts.path)
-        found |= {s for s in parts.path.split("/") if len(s) >= MIN_SECRET}
+        found |= {s for s in parts.path.split("/") if _a_key(unquote(s))}
     if parts.query:
         found.add(parts.query)
-        found |= {v for _, v in parse_qsl(parts.query, keep_blank_values=True) if len(v) >= MIN_SECRET}
-        found |= {v for v in re.split(r"[&;=]", parts.query) if len(v) >= MIN_SECRET}  # as written
+        for pair in re.split(r"[&;]", parts.query):
+            name, equals, value = pair.partition("=")
+            value = value if equals else name  # "?KEY": a value with no name
+            if _a_key(unquote(value)):
+                found.add(value)  # as written; percent-decoded below
+        found |= {v for _, v in parse_qsl(parts.query, keep_blank_values=True) if _a_key(v)}  # "+" as a space too
     if "@" in parts.netloc:
         userinfo = parts.netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.add(userinfo)
-        found |= {p for p in userinfo.split(":") if len(p) >= MIN_SECRET}
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            found |= {userinfo, password}
+        if len(user) >= MIN_SECRET:
+            found.add(user)
     return found
 
 

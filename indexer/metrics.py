@@ -398,8 +398,11 @@ def listen(port: int, *, host: str, database: DatabaseCollector | None, multipro
     except socket.gaierror as exc:
         raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
     except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:  # most often another pool on this host, on the same default port
+            raise IndexerError(f"cannot serve metrics on port {port} (INDEXER_METRICS_PORT): {exc.strerror}; give"
+                               " each pool on a host its own port, or 0 for none") from None
         if exc.errno != errno.EADDRNOTAVAIL:
-            raise IndexerError(f"cannot serve metrics on port {port}: {exc.strerror}") from None
+            raise IndexerError(f"cannot serve metrics on port {port} (INDEXER_METRICS_PORT): {exc.strerror}") from None
         raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
 
 

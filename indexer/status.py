@@ -1,23 +1,43 @@
 """`indexer status`: the queue and the progress, from the database alone, as text or JSON, once
-or refreshed every few seconds."""
+or refreshed every few seconds.
+
+Jobs are counted by kind as well as by status: a plan makes `index_blocks` jobs, but the queue
+also holds the `decode_logs` job each indexed range enqueues, the `index_partition` job of each
+partition whose blocks are all in, and the parts idle workers split off running `index_blocks`
+jobs; a total alone would not say why "planned 2 jobs" ends with "done 7"."""
 
 from __future__ import annotations
 
 import json
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 import psycopg
 
 from . import endpoints, partitions, progress, queue
+from .block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND
 from .partitions import Partition
 from .progress import Progress
+from .states import JobStatus
 
 # On a terminal, --watch redraws in place: cursor home, clear to the end of the screen.
 REDRAW = "\033[H\033[J"
+
+# Jobs by kind and status, the finished ones (archived in jobs_history) as done.
+JOBS_BY_KIND = f"""
+SELECT kind, status, count(*) FROM jobs GROUP BY 1, 2
+UNION ALL
+SELECT kind, status, count(*) FROM jobs_history WHERE status = '{JobStatus.DONE}' GROUP BY 1, 2
+"""
+
+# The kinds in the order work flows through them; any other kind follows, by name.
+KIND_ORDER = (JOB_KIND, DECODE_LOGS, INDEX_PARTITION)
+STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED)
+
+ByKind = dict[str, dict[JobStatus, int]]
 
 
 @dataclass(frozen=True)
@@ -29,6 +49,19 @@ class Status:
     failed: list[queue.FailedJob]
     endpoints: tuple[endpoints.EndpointRate, ...] = ()  # RPC endpoints the workers used in the last minute
     partitions: tuple[Partition, ...] = ()  # of the chain tables
+    by_kind: ByKind = field(default_factory=dict)  # jobs of each kind by status, the kinds in KIND_ORDER
+
+    def by_status(self) -> dict[JobStatus, int]:
+        """All kinds' jobs by status."""
+        return {status: sum(n[status] for n in self.by_kind.values()) for status in STATUSES}
+
+
+def jobs_by_kind(conn: psycopg.Connection) -> ByKind:
+    found: ByKind = {}
+    for kind, status, n in conn.execute(JOBS_BY_KIND):
+        found.setdefault(kind, dict.fromkeys(STATUSES, 0))[JobStatus(status)] += n
+    order = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    return {kind: found[kind] for kind in sorted(found, key=lambda k: (order.get(k, len(order)), k))}
 
 
 def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
@@ -40,6 +73,7 @@ def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
         failed=queue.failed_jobs(conn, limit=failed_limit),
         endpoints=tuple(endpoints.summary(conn)),
         partitions=tuple(partitions.partitions(conn)),
+        by_kind=jobs_by_kind(conn),
     )
 
 
@@ -47,7 +81,8 @@ def as_json(st: Status) -> dict[str, Any]:
     p = st.progress
     return {
         "at": st.at.isoformat(timespec="seconds"),
-        "jobs": {str(status): n for status, n in st.counts.by_status().items()},
+        "jobs": {str(status): n for status, n in st.by_status().items()},
+        "jobs_by_kind": {kind: {str(status): n for status, n in counts.items()} for kind, counts in st.by_kind.items()},
         "planned_blocks": p.planned_blocks,
         "indexed_blocks": p.indexed_blocks,
         "remaining_blocks": p.remaining_blocks,
@@ -55,6 +90,8 @@ def as_json(st: Status) -> dict[str, Any]:
         "blocks_per_second": p.blocks_per_second,
         "speed_window_seconds": p.speed_window_seconds,
         "eta_seconds": p.eta_seconds,
+        "waiting_for_block": p.waiting_for_block,
+        "indexing_ended_at": None if p.ended_at is None else p.ended_at.isoformat(timespec="seconds"),
         "oldest_pending_age_seconds": st.counts.oldest_pending_age_seconds,
         "expired_leases_last_hour": st.expired_leases_last_hour,
         "failed_jobs": [
@@ -77,6 +114,8 @@ def as_json(st: Status) -> dict[str, Any]:
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
+    if seconds < 10:  # "2.6 s": a short backfill's time, to the tenth
+        return f"{seconds:.1f}".removesuffix(".0") + " s"
     seconds = int(seconds)
     if seconds < 60:
         return f"{seconds} s"
@@ -86,12 +125,11 @@ def duration(seconds: float | None) -> str:
 
 
 def render(st: Status) -> str:
-    lines = [f"{status:<8} {n:>10,}" for status, n in st.counts.by_status().items()]
+    lines = _jobs_table(st.by_kind)
     p = st.progress
     if p.planned_blocks:
         lines.append(f"blocks   {p.indexed_blocks:>10,} of {p.planned_blocks:,} indexed ({p.percent_done:.1f}%)")
-        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s over the last {duration(p.speed_window_seconds)}; "
-                     f"ETA {duration(p.eta_seconds)}")
+        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s {_speed_span(st)}; {_what_is_left(p)}")
     else:
         lines.append("blocks   nothing planned yet: run `indexer plan --from A --to B`")
     if st.partitions:
@@ -108,6 +146,41 @@ def render(st: Status) -> str:
     for f in st.failed:
         lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
     return "\n".join(lines)
+
+
+def _jobs_table(by_kind: ByKind) -> list[str]:
+    """A row of counts by status per kind, and their total when there are several kinds."""
+    rows = [(kind, counts) for kind, counts in by_kind.items()]
+    if len(rows) > 1:
+        rows.append(("all kinds", {s: sum(counts[s] for counts in by_kind.values()) for s in STATUSES}))
+    width = max([len("jobs"), *(len(kind) for kind, _ in rows)])
+    lines = [f"{'jobs':<{width}} " + " ".join(f"{s:>10}" for s in STATUSES)]
+    lines += [f"{kind:<{width}} " + " ".join(f"{counts[s]:>10,}" for s in STATUSES) for kind, counts in rows]
+    return lines
+
+
+def _speed_span(st: Status) -> str:
+    """Over what time the speed was measured: the last few minutes, or the time the indexing ran
+    until it ended (when the workers have no block left that they can index)."""
+    p = st.progress
+    if p.ended_at is None:
+        return f"over the last {duration(p.speed_window_seconds)}"
+    over = "its last" if p.speed_window_seconds >= progress.SPEED_WINDOW_SECONDS else "the"
+    ago = max(0.0, (st.at - p.ended_at).total_seconds())
+    return f"over {over} {duration(p.speed_window_seconds)} of indexing, which ended {duration(ago)} ago"
+
+
+def _what_is_left(p: Progress) -> str:
+    """The ETA of the blocks the workers can index now, and the block the rest waits for."""
+    waits = f"waiting for block {p.waiting_for_block:,} (past the chain's safe head)" \
+        if p.waiting_for_block is not None else ""
+    if not p.remaining_blocks:
+        return "every planned block is indexed" if p.indexed_blocks == p.planned_blocks else \
+            "nothing left to run: the failed jobs' blocks wait for `indexer retry --failed`"
+    if p.remaining_blocks == p.waiting_blocks:
+        return waits
+    eta = f"ETA {duration(p.eta_seconds)}"
+    return f"{eta}, then {waits}" if waits else eta
 
 
 def _partitions_in(state: str, those: list[Partition], shown: int = 3) -> str:

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from .conftest import run_indexer
+
+
+def server(url: str) -> str:
+    """host:port of a test database, as errors name it."""
+    parts = conninfo_to_dict(url)
+    return f"{parts['host']}:{parts['port']}"
 
 
 def job_count(conn) -> int:
@@ -48,38 +55,82 @@ def test_a_bad_chunk_in_the_environment_is_a_usage_error(db_url, conn, chunk):
 
 
 @pytest.mark.parametrize("command", [["migrate"], ["plan", "--from", "0", "--to", "100"], ["status"], ["reap"], ["retry", "--failed"]])
-def test_an_unreachable_database_is_one_redacted_line_and_exit_1(command):
+def test_an_unreachable_database_is_one_redacted_line_naming_it_and_exit_1(command):
     # A closed port on loopback: nothing listens on port 1.
     url = "postgresql://alice:s3cretpw@127.0.0.1:1/indexer"
     result = run_indexer(*command, db_url=url)
     assert result.returncode == 1
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"indexer {command[0]}: error: cannot connect to the database")
+    assert result.stderr.splitlines() == [
+        f'indexer {command[0]}: error: cannot connect to database "indexer" on 127.0.0.1:1: Connection refused']
     assert "s3cretpw" not in result.stderr + result.stdout
 
 
-def test_a_database_that_does_not_exist_is_exit_1(db_url):
+def test_a_stopped_server_is_named_with_its_port_and_database(own_postgres):
+    own_postgres.pg_ctl("stop")
+    url = own_postgres.url.replace("postgres@", "postgres:pw5ecret@")
+    result = run_indexer("status", db_url=url)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f'indexer status: error: cannot connect to database "postgres" on {server(url)}: Connection refused']
+    assert "pw5ecret" not in result.stderr
+
+
+def test_a_database_that_does_not_exist_is_named_with_its_server_and_exit_1(db_url):
     from .conftest import url_for
-    result = run_indexer("plan", "--from", "0", "--to", "100", db_url=url_for("no_such_database"))
+    url = url_for("no_such_database")
+    result = run_indexer("plan", "--from", "0", "--to", "100", db_url=url)
     assert result.returncode == 1
-    assert 'database "no_such_database" does not exist' in result.stderr
-    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.splitlines() == [f'indexer plan: error: cannot connect to database "no_such_database" on'
+                                          f' {server(url)}: database "no_such_database" does not exist']
 
 
-def test_a_malformed_database_url_is_exit_1(db_url):
-    result = run_indexer("status", db_url="host=127.0.0.1 password=hunter22 dbname")
-    assert result.returncode == 1
-    assert result.stderr.startswith("indexer status: error: invalid database URL")
+@pytest.mark.parametrize(("url", "message"), [
+    ("host=127.0.0.1 password=hunter22 dbname",
+     'not a PostgreSQL URL or key=value string: missing "=" after "dbname" in connection info string'),
+    # The node's URL where the database's belongs, and another database's.
+    ("http://127.0.0.1:8545", "not a PostgreSQL URL (it begins with http://): give postgresql://USER@HOST:PORT/DATABASE,"
+                              " with USER:PASSWORD@ if a password is needed, or key=value pairs"),
+    ("mysql://root:hunter22@db/indexer", "not a PostgreSQL URL (it begins with mysql://)"),
+])
+def test_a_database_url_that_is_not_postgresql_s_is_a_usage_error_naming_it(url, message):
+    result = run_indexer("status", db_url=url)
+    line = one_usage_error(result, "status")
+    assert line.startswith(f"indexer status: error: INDEXER_DATABASE_URL: {message}"), line
     assert "hunter22" not in result.stderr
-    assert len(result.stderr.splitlines()) == 1
+    flag = one_usage_error(run_indexer("plan", "--from", "0", "--to", "1", "--database-url", url), "plan")
+    assert flag.startswith(f"indexer plan: error: --database-url: {message}"), flag
 
 
-def test_plan_on_an_unmigrated_database_says_to_migrate(blank_db_url):
+def test_plan_on_an_unmigrated_database_names_it_and_says_to_migrate(blank_db_url):
     result = run_indexer("plan", "--from", "0", "--to", "100", db_url=blank_db_url)
     assert result.returncode == 1
-    assert "run `indexer migrate` first" in result.stderr
-    assert len(result.stderr.splitlines()) == 1
+    name = conninfo_to_dict(blank_db_url)["dbname"]
+    assert result.stderr.splitlines() == [
+        f'indexer plan: error: database "{name}" on {server(blank_db_url)} lacks the indexer\'s tables'
+        ' (relation "schema_migrations" does not exist): run `indexer migrate` first']
+
+
+def test_status_on_an_unmigrated_database_names_it_and_says_to_migrate(blank_db_url):
+    result = run_indexer("status", db_url=blank_db_url)
+    assert result.returncode == 1
+    name = conninfo_to_dict(blank_db_url)["dbname"]
+    assert result.stderr.splitlines() == [
+        f'indexer status: error: database "{name}" on {server(blank_db_url)} lacks the indexer\'s tables'
+        ' (relation "jobs" does not exist): run `indexer migrate` first']
+
+
+def test_without_a_database_url_errors_say_the_default_was_used():
+    """No INDEXER_DATABASE_URL: the default reaches whatever listens on 127.0.0.1:5432, here
+    perhaps this machine's own cluster, which is not the indexer's: the error names it and says
+    the URL was not set, rather than only inviting `indexer migrate`."""
+    result = run_indexer("status")
+    if result.returncode == 0:
+        pytest.skip("an indexer database answers at the default URL on this machine")
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith('indexer status: error: ') and 'database "postgres" on 127.0.0.1:5432' in line, line
+    assert "INDEXER_DATABASE_URL is not set, and this is its default" in line, line
+    assert "run `indexer migrate` first" not in line
 
 
 def test_flags_override_the_environment_and_dotenv(db_url, conn, tmp_path):
@@ -126,7 +177,7 @@ def test_only_ascii_digits_are_block_numbers(db_url, conn, text):
 def test_block_numbers_may_be_grouped_by_thousands_with_commas(db_url, conn):
     result = run_indexer("plan", "--from", "10,000", "--to", "30,000", "--chunk", "10,000", db_url=db_url)
     assert result.returncode == 0, result.stderr
-    assert "planned 2 jobs (20,000 blocks)" in result.stdout
+    assert "planned 2 index_blocks jobs (20,000 blocks)" in result.stdout
 
 
 @pytest.mark.parametrize(("age", "message"), [

@@ -111,3 +111,44 @@ def test_a_database_password_never_shows_in_output(db_url, conn, chain_node):
                            ["verify", "--from", "0", "--to", "5"])]
     assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0]
     assert not any("HUNTER2SECRET" in r.stdout + r.stderr for r in outputs)
+
+
+def test_version_is_the_package_s():
+    import tomllib
+
+    from indexer.testing.cluster import REPO
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    result = run_indexer("--version")
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"indexer {version}\n", "")
+
+
+def test_every_command_s_help_describes_it():
+    import argparse
+
+    from indexer.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        found = []
+        for name, child in sub.choices.items():
+            nested = any(isinstance(a, argparse._SubParsersAction) for a in child._actions)
+            found += commands(child, (*prefix, name)) if nested else [(*prefix, name)]
+        return found
+
+    every = commands(build_parser())
+    assert ("status",) in every and ("abi", "drop") in every
+    for command in every:
+        result = run_indexer(*command, "--help")
+        assert result.returncode == 0, result.stderr
+        # usage: ..., then a paragraph saying what the command does, then the options.
+        between = result.stdout.split("\n\n")[1]
+        assert not between.startswith(("options:", "positional arguments:")), (command, result.stdout)
+        assert len(between.split()) >= 8, (command, between)
+
+
+def test_plan_counts_read_in_the_singular_and_the_plural(db_url):
+    one = run_indexer("plan", "--from", "0", "--to", "1", "--chunk", "1", db_url=db_url)
+    assert one.stdout == "planned 1 index_blocks job (1 block) for blocks 0..0; 0 blocks were already planned\n"
+    more = run_indexer("plan", "--from", "0", "--to", "3", "--chunk", "1", db_url=db_url)
+    assert more.stdout == "planned 2 index_blocks jobs (2 blocks) for blocks 0..2; 1 block was already planned\n"

@@ -6,6 +6,7 @@ import subprocess
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from indexer import db, partitions, planner, queue
 from indexer.testing.work import INDEXER
@@ -21,7 +22,10 @@ def applied(url: str) -> list[str]:
 def test_migrate_twice_is_a_no_op_the_second_time(blank_db_url):
     first = run_indexer("migrate", db_url=blank_db_url)
     assert first.returncode == 0, first.stderr
-    assert "001_jobs" in first.stdout
+    versions = [p.stem for p in db.migration_files()]
+    # Each migration is reported once, in the summary.
+    assert first.stdout == f"applied {len(versions)} migration(s): {', '.join(versions)}\n"
+    assert all((first.stdout + first.stderr).count(v) == 1 for v in versions), first.stderr
     second = run_indexer("migrate", db_url=blank_db_url)
     assert second.returncode == 0, second.stderr
     assert "applied 0 migration(s); schema is up to date" in second.stdout
@@ -82,8 +86,10 @@ def test_work_refuses_a_database_behind_this_version_until_it_is_migrated(db_url
     env = {"INDEXER_RPC_URL": chain_node.url, "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0"}
     refused = run_indexer("work", "--drain", "--workers", "1", db_url=db_url, env=env)
     assert refused.returncode == 1
+    parts = conninfo_to_dict(db_url)
     assert refused.stderr.strip().endswith(
-        "error: the database lacks migration(s) 004_history_months_ahead: run `indexer migrate` first"), refused.stderr
+        f'error: database "{parts["dbname"]}" on {parts["host"]}:{parts["port"]} lacks migration(s)'
+        " 004_history_months_ahead: run `indexer migrate` first"), refused.stderr
     assert conn.execute("SELECT attempts FROM jobs").fetchone() == (0,)  # nothing claimed
 
     assert run_indexer("migrate", db_url=db_url).returncode == 0
@@ -157,3 +163,15 @@ def test_a_database_with_jobs_migrates_to_decoded_events_in_place(blank_db_url):
         assert c.execute("SELECT kind, payload FROM jobs").fetchall() == [("decode_logs", {"from": 0, "to": 9})]
         with pytest.raises(psycopg.errors.CheckViolation):
             c.execute("INSERT INTO jobs (kind, payload) VALUES ('decode_logs', '{\"from\": 5}')")
+
+
+def test_a_migration_that_fails_is_named_with_those_applied_before_it(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE blocks (number bigint)")  # in the way of migration 002
+    result = run_indexer("migrate", db_url=blank_db_url)
+    assert result.returncode == 1 and result.stdout == ""
+    parts = conninfo_to_dict(blank_db_url)
+    assert result.stderr.splitlines() == [
+        f'indexer migrate: error: migration 002_chain failed in database "{parts["dbname"]}" on'
+        f' {parts["host"]}:{parts["port"]}, rolled back: relation "blocks" already exists (applied before it: 001_jobs)']
+    assert applied(blank_db_url) == ["001_jobs"]

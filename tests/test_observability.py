@@ -150,9 +150,26 @@ def test_a_taken_metrics_port_refuses_to_start_and_claims_nothing(db_url, conn, 
         port = taken.getsockname()[1]
         w = work(db_url, chain_node.url, "--workers", "2", "--drain", INDEXER_METRICS_PORT=str(port))
         assert w.wait() == 1
-    assert w.output().strip().splitlines()[-1] == f"indexer work: error: cannot serve metrics on port {port}: Address already in use"
+    assert w.output().strip().splitlines()[-1] == f"indexer work: error: {taken_port(port)}"
     assert conn.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2").fetchall() == [("pending", 0, 2)]
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
+
+
+def taken_port(port: int) -> str:
+    return (f"cannot serve metrics on port {port} (INDEXER_METRICS_PORT): Address already in use; give each pool on a"
+            " host its own port, or 0 for none")
+
+
+def test_a_second_pool_on_one_host_is_told_which_setting_to_change(db_url, conn, chain_node, work):
+    planner.plan(conn, 0, chain_node.head() + 1, 10)
+    port = free_port()
+    with FaultProxy(chain_node.url, delay=0.2) as slow:
+        first = work(db_url, slow.url, "--workers", "1", "--batch-size", "1", INDEXER_METRICS_PORT=str(port))
+        wait_for(lambda: f"serving /metrics on http://127.0.0.1:{port}/metrics" in first.output(), "the first pool")
+        second = work(db_url, slow.url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        assert second.wait() == 1
+        assert second.output().strip().splitlines() == [f"indexer work: error: {taken_port(port)}"]
+        assert first.proc.poll() is None, first.output()  # the first pool goes on
 
 
 def test_workers_left_behind_by_a_killed_pool_do_not_hold_its_metrics_port(db_url, conn, chain_node, work):
@@ -315,5 +332,5 @@ def test_monitor_with_the_database_down_is_one_line(db_url):
                                                             "INDEXER_METRICS_PORT": str(free_port())},
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
-    assert result.stderr.startswith("indexer monitor: error: cannot connect to the database")
-    assert "pw123" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stderr.splitlines() == [
+        'indexer monitor: error: cannot connect to database "x" on 127.0.0.1:1: Connection refused']

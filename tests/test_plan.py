@@ -21,7 +21,7 @@ def payloads(conn: psycopg.Connection) -> list[dict]:
 def test_plan_makes_the_articles_200_jobs(db_url, conn):
     result = run_indexer("plan", "--from", "0", "--to", "2000000", db_url=db_url)
     assert result.returncode == 0, result.stderr
-    assert "planned 200 jobs (2,000,000 blocks)" in result.stdout
+    assert "planned 200 index_blocks jobs (2,000,000 blocks)" in result.stdout
     assert "0 blocks were already planned" in result.stdout
     assert payloads(conn) == [{"from": g, "to": g + 9999} for g in range(0, 2_000_000, 10_000)]
     kinds = conn.execute("SELECT kind, status, attempts, count(*) FROM jobs GROUP BY 1, 2, 3").fetchall()
@@ -32,7 +32,7 @@ def test_planning_again_adds_nothing(db_url, conn):
     assert run_indexer("plan", "--from", "0", "--to", "2000000", db_url=db_url).returncode == 0
     again = run_indexer("plan", "--from", "0", "--to", "2000000", db_url=db_url)
     assert again.returncode == 0, again.stderr
-    assert "planned 0 jobs (0 blocks)" in again.stdout
+    assert "planned 0 index_blocks jobs (0 blocks)" in again.stdout
     assert "2,000,000 blocks were already planned" in again.stdout
     assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 200
 
@@ -41,7 +41,7 @@ def test_overlapping_plan_adds_only_the_uncovered_jobs(db_url, conn):
     assert run_indexer("plan", "--from", "0", "--to", "2000000", db_url=db_url).returncode == 0
     wider = run_indexer("plan", "--from", "1500000", "--to", "2500000", db_url=db_url)
     assert wider.returncode == 0, wider.stderr
-    assert "planned 50 jobs (500,000 blocks)" in wider.stdout
+    assert "planned 50 index_blocks jobs (500,000 blocks)" in wider.stdout
     assert "500,000 blocks were already planned" in wider.stdout
     assert payloads(conn)[200:] == [{"from": g, "to": g + 9999} for g in range(2_000_000, 2_500_000, 10_000)]
 
@@ -108,12 +108,12 @@ def test_planning_at_the_top_of_the_block_numbers_twice_adds_nothing_the_second_
     start, end = 2**63 - 10**4 - 5, 2**63 - 1
     first = run_indexer("plan", "--from", str(start), "--to", str(end), db_url=db_url)
     assert first.returncode == 0, first.stderr
-    assert "planned 2 jobs (10,004 blocks)" in first.stdout
+    assert "planned 2 index_blocks jobs (10,004 blocks)" in first.stdout
     grid = 9_223_372_036_854_770_000  # the last multiple of the chunk (10,000) below 2**63
     assert payloads(conn) == [{"from": start, "to": grid - 1}, {"from": grid, "to": MAX_BLOCK}]
     again = run_indexer("plan", "--from", str(start), "--to", str(end), db_url=db_url)
     assert again.returncode == 0, again.stderr
-    assert "planned 0 jobs (0 blocks)" in again.stdout
+    assert "planned 0 index_blocks jobs (0 blocks)" in again.stdout
     assert "10,004 blocks were already planned" in again.stdout
     assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
 

@@ -52,32 +52,55 @@ def env_for(db_url: str, rpc_url: str, level: str, **more: str) -> dict[str, str
 FAIL_AT_ONCE = {"INDEXER_RPC_MAX_ATTEMPTS": "1", "INDEXER_MAX_ATTEMPTS": "1", "INDEXER_WORKERS": "1"}
 
 
-@pytest.mark.parametrize("level", ["DEBUG", "INFO", "WARNING", "ERROR"])
-def test_no_secret_in_logs_status_or_last_error_at_any_level(db_url, conn, chain_node, work, level):
+def fail_every_job_through_the_gateway(db_url, conn, chain_node, work, level: str, url_for):
+    """Runs a pool whose every job fails with one of the gateway's echoes; returns what a user
+    sees: the pool's output, `status`, `status --json`, and each job's last_error."""
     planner.plan(conn, 0, JOBS, 1)
     with FaultProxy(chain_node.url, echo=ECHOES) as proxy:
-        env = env_for(db_url, secret_rpc_url(proxy), level, **FAIL_AT_ONCE)
+        env = env_for(db_url, url_for(proxy), level, **FAIL_AT_ONCE)
         w = work(db_url, env["INDEXER_RPC_URL"], "--drain", **env)
         assert w.wait() == 1  # every job failed
         served = {form: proxy.served[f"echo_{form}"] for form in ECHOES}
     assert all(served.values()), served
-    logs = w.output()
     text = run_indexer("status", env=env)
     as_json = run_indexer("status", "--json", env=env)
     assert text.returncode == as_json.returncode == 0, text.stderr + as_json.stderr
     errors = [e for (e,) in conn.execute("SELECT last_error FROM jobs UNION ALL SELECT last_error FROM jobs_history")]
-    failed = json.loads(as_json.stdout)["failed_jobs"]
+    assert len(errors) == JOBS and all("***" in e for e in errors), errors
+    assert {f["last_error"] for f in json.loads(as_json.stdout)["failed_jobs"]} == set(errors)
+    assert sum(line.startswith("failed job ") for line in text.stdout.splitlines()) == JOBS
+    return w.output(), text, as_json, errors
 
+
+@pytest.mark.parametrize("level", ["DEBUG", "INFO", "WARNING", "ERROR"])
+def test_no_secret_in_logs_status_or_last_error_at_any_level(db_url, conn, chain_node, work, level):
+    logs, text, as_json, errors = fail_every_job_through_the_gateway(db_url, conn, chain_node, work, level,
+                                                                     secret_rpc_url)
     # What the gateway said reached every output, with the secrets taken out.
-    assert len(errors) == len(failed) == JOBS and all("***" in e for e in errors), errors
-    assert {f["last_error"] for f in failed} == set(errors)
     assert sum("invalid API key" in e for e in errors) == 2 and any("rate limit exceeded" in e for e in errors), errors
-    assert text.stdout.count("failed job") == JOBS
+    assert "unknown key ***" in " ".join(errors)
     if level == "DEBUG":
         assert '"POST ***?*** HTTP/1.1" 503' in logs  # urllib3's line for each request, scrubbed
     assert logs.count(" failed: ") >= JOBS  # each job's failure is logged at ERROR, with what the gateway said
     for output in (logs, text.stdout, text.stderr, as_json.stdout, as_json.stderr, *errors):
         assert leaked(output) == [], output
+
+
+# Keys shorter than 8 characters, which a gateway quotes alone: "unknown key Sh0rt7".
+SHORT_PATH_KEY = "Sh0rt7"
+SHORT_QUERY_KEY = "Qk9zA"
+
+
+def test_a_short_key_quoted_alone_is_in_no_log_status_or_last_error(db_url, conn, chain_node, work):
+    def url_for(proxy: FaultProxy) -> str:
+        return f"{proxy.url}/v3/{SHORT_PATH_KEY}?apikey={SHORT_QUERY_KEY}&chain=1"
+
+    logs, text, as_json, errors = fail_every_job_through_the_gateway(db_url, conn, chain_node, work, "DEBUG", url_for)
+    # The quote keeps its words and the chain id; the key, the version and the query value go.
+    assert any("unknown key *** *** *** 1" in e for e in errors), errors
+    assert '"POST ***?*** HTTP/1.1" 503' in logs
+    for output in (logs, text.stdout, text.stderr, as_json.stdout, as_json.stderr, *errors):
+        assert SHORT_PATH_KEY not in output and SHORT_QUERY_KEY not in output, output
 
 
 def test_no_secret_on_the_metrics_page_or_in_debug_logs_of_a_running_pool(db_url, conn, chain_node, work):

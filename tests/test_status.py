@@ -31,10 +31,13 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     # Pending: two block ranges, and the decode job the completed one enqueued.
-    assert [line.split() for line in lines[:4]] == [["pending", "3"], ["running", "1"], ["done", "1"], ["failed", "1"]]
+    assert [line.split() for line in lines[:4]] == [["jobs", "pending", "running", "done", "failed"],
+                                                    ["index_blocks", "2", "1", "1", "1"],
+                                                    ["decode_logs", "1", "0", "0", "0"],
+                                                    ["all", "kinds", "3", "1", "1", "1"]]
     assert lines[4] == "blocks           14 of 50 indexed (28.0%)"
     # One job of 10 blocks finished, planned a moment ago: the speed is over that moment.
-    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last \d+ s; ETA .+", lines[5]), lines[5]
+    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the last [0-9.]+ s; ETA .+", lines[5]), lines[5]
     # Jobs still write into the one partition the plan made: its query indexes wait.
     assert lines[6] == "partitions 1 of the chain tables: 1 filling (blocks 0..999,999)"
     assert lines[7].startswith("oldest pending job waiting: ") and lines[7].endswith(" s")
@@ -43,6 +46,8 @@ def test_status_reports_what_the_database_holds(db_url, conn):
 
     as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
     assert as_json["jobs"] == {"pending": 3, "running": 1, "done": 1, "failed": 1}
+    assert as_json["jobs_by_kind"] == {"index_blocks": {"pending": 2, "running": 1, "done": 1, "failed": 1},
+                                       "decode_logs": {"pending": 1, "running": 0, "done": 0, "failed": 0}}
     assert (as_json["planned_blocks"], as_json["indexed_blocks"], as_json["percent_done"]) == (50, 14, 28.0)
     window = as_json["speed_window_seconds"]
     assert 1 <= window < 60
@@ -106,9 +111,13 @@ def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, c
     def database() -> dict:
         counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
         counts["done"] = conn.execute("SELECT count(*) FROM jobs_history").fetchone()[0]
+        by_kind: dict = {}
+        for kind, status, n in conn.execute("SELECT kind, status, count(*) FROM jobs GROUP BY 1, 2"
+                                            " UNION ALL SELECT kind, status, count(*) FROM jobs_history GROUP BY 1, 2"):
+            by_kind.setdefault(kind, dict.fromkeys(("pending", "running", "done", "failed"), 0))[status] += n
         indexed = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
         return {"jobs": {s: counts.get(s, 0) for s in ("pending", "running", "done", "failed")},
-                "planned_blocks": head + 1, "indexed_blocks": indexed}
+                "jobs_by_kind": by_kind, "planned_blocks": head + 1, "indexed_blocks": indexed}
 
     with FaultProxy(chain_node.url, delay=0.05) as slow:
         w = work(db_url, slow.url, "--workers", "2", "--drain", "--batch-size", "1")
@@ -124,8 +133,45 @@ def test_status_during_and_after_a_backfill_matches_the_database(db_url, conn, c
         assert w.wait() == 0, w.output()
     assert {k: during[k] for k in expected} == expected
     assert 0 < during["indexed_blocks"] < head + 1 and during["jobs"]["done"] >= 1
+    assert during["indexing_ended_at"] is None  # the speed is measured up to now
     after = status()
     assert {k: after[k] for k in expected} == database()
+    # The jobs of every kind add up to the totals: the planned ranges, the parts split off them,
+    # their decode jobs and the partition's index job.
+    assert {s: sum(k[s] for k in after["jobs_by_kind"].values()) for s in after["jobs"]} == after["jobs"]
+    assert after["jobs_by_kind"]["index_blocks"]["done"] >= 3 and after["jobs_by_kind"]["index_partition"]["done"] == 1
     assert (after["percent_done"], after["eta_seconds"], after["failed_jobs"]) == (100.0, 0.0, [])
     assert after["speed_window_seconds"] < 60  # the backfill began seconds ago, not 5 minutes
     assert after["blocks_per_second"] == (head + 1) / after["speed_window_seconds"]
+
+
+def test_a_finished_backfill_keeps_the_speed_it_ran_at(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    assert work(db_url, chain_node.url, "--drain", "--workers", "1").wait() == 0
+    first = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    # Time passes after the end: the speed is over the time the indexing ran, which does not grow.
+    time.sleep(2)
+    later = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    text = run_indexer("status", db_url=db_url).stdout
+    assert first["indexing_ended_at"] is not None
+    keys = ("blocks_per_second", "speed_window_seconds", "indexing_ended_at")
+    assert {k: later[k] for k in keys} == {k: first[k] for k in keys}
+    assert later["blocks_per_second"] == (head + 1) / later["speed_window_seconds"]
+    (speed,) = [line for line in text.splitlines() if line.startswith("speed ")]
+    assert re.fullmatch(r"speed +[0-9,.]+ blocks/s over the [0-9.]+ s of indexing, which ended [0-9.]+ s ago;"
+                        r" every planned block is indexed", speed), speed
+
+
+def test_jobs_waiting_for_the_chain_show_the_block_they_wait_for_not_an_eta(db_url, conn, chain_node, work):
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 9, 4)  # the last 8 blocks are beyond the node's head
+    assert work(db_url, chain_node.url, "--drain", "--workers", "1").wait() == 3  # drained up to the safe head
+    as_json = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    text = run_indexer("status", db_url=db_url).stdout
+    assert (as_json["indexed_blocks"], as_json["remaining_blocks"]) == (head + 1, 8)
+    assert as_json["eta_seconds"] is None and as_json["waiting_for_block"] == head + 1
+    assert as_json["indexing_ended_at"] is not None
+    (speed,) = [line for line in text.splitlines() if line.startswith("speed ")]
+    assert speed.endswith(f"; waiting for block {head + 1:,} (past the chain's safe head)"), speed
+    assert "ETA" not in text

@@ -26,7 +26,9 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
   holds the request's path and query, as sent and percent-decoded, and the user and password of
   its basic authentication. "html": HTTP 503 and a page saying the rate limit was exceeded;
   "html200": HTTP 200 and a page that is not JSON; "json": HTTP 200 and one -32000 error object
-  for the whole request; "call": each call answered a -32000 error.
+  for the whole request; "call": each call answered a -32000 error; "key": each call answered a
+  -32000 error that quotes each path segment and query value alone, as sent ("unknown key
+  Sh0rt7"), as gateways name the key they refuse.
 `calls` counts the calls received, by method; `served` what each request got ("pass", a fault,
 "too_large", "rate_limited", "response_too_large"), and each call refused as "method_not_found"
 or "pruned".
@@ -49,7 +51,7 @@ from .loopback import LoopbackServer, send
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
 NAMED_FAULTS = ("http413", "http429_bare", "limit_exceeded")
-ECHOES = ("html", "html200", "json", "call")
+ECHOES = ("html", "html200", "json", "call", "key")
 
 # go-ethereum rpc/errors.go and core/history/historymode.go.
 RESPONSE_TOO_LARGE = {"code": -32003, "message": "response too large"}
@@ -222,7 +224,12 @@ class FaultProxy(LoopbackServer):
             return send(h, 503, page.encode(), content_type="text/html")
         if form == "html200":
             return send(h, 200, f"<html><body>Cannot {asked}</body></html>".encode(), content_type="text/html")
-        error = {"code": -32000, "message": f"invalid API key: {asked}"}
+        message = f"invalid API key: {asked}"
+        if form == "key":
+            path, _, query = h.path.partition("?")
+            alone = [s for s in path.split("/") if s] + [p.partition("=")[2] or p for p in query.split("&") if p]
+            message = "unknown key " + " ".join(alone)
+        error = {"code": -32000, "message": message}
         if form == "json":
             return send(h, 200, orjson.dumps(_error(None, error)))
         answers = [_error(c.get("id") if isinstance(c, dict) else None, error) for c in items]

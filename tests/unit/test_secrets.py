@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from indexer import logs
-from indexer.errors import MIN_SECRET, Secrets
+from indexer.errors import Secrets
 
 KEY = "0123456789abcdef0123456789abcdef"
 RPC = f"https://projectid77:{KEY}@mainnet.example:8443/v3/{KEY}?apikey=qk%2Bsecret99&chain=1"
@@ -38,16 +38,26 @@ def test_every_secret_part_leaves_the_text(secrets, echoed):
 
 
 def test_what_is_not_secret_is_kept(secrets):
-    text = "http://mainnet.example:8443: eth_getBlockByNumber failed: header not found (indexer v3 chain=1)"
+    text = "http://mainnet.example:8443: eth_getBlockByNumber failed: header not found (indexer v3.2 chain=1)"
     assert secrets.scrub(text) == text
     # The database's user and name are words of every log line, not secrets.
     assert secrets.scrub("indexer.worker: job 3 done") == "indexer.worker: job 3 done"
 
 
-def test_short_parts_are_secret_only_as_part_of_the_whole_path_or_query():
-    short = Secrets(["https://node.example/rpc/k1?key=abc"])
-    assert short.scrub("POST /rpc/k1?key=abc failed; rpc k1 abc") == "POST ***?*** failed; rpc k1 abc"
-    assert all(len(p) >= MIN_SECRET or p in ("/rpc/k1", "key=abc") for p in short.parts)
+SHORT = Secrets(["https://node.example/rpc/Sh0rt7?key=Ab1&chain=1&x", "https://me:pw4@eth.example/eth/k"])
+
+
+@pytest.mark.parametrize(("echoed", "scrubbed"), [
+    ("unknown key Sh0rt7", "unknown key ***"),
+    ("unknown key Sh0rt7.", "unknown key ***."),
+    ("'Sh0rt7' is not a project", "'***' is not a project"),
+    ("POST /rpc/Sh0rt7?key=Ab1&chain=1&x failed", "POST ***?*** failed"),
+    ("path rpc/Sh0rt7, key Ab1, password pw4, and x", "path ***/***, key ***, password ***, and ***"),
+    ("eth_getBlockByNumber at https://eth.example failed", "eth_getBlockByNumber at https://eth.example failed"),
+    ("indexer.rpc: v3.2 of Sh0rt7s, chain 1, block 1", "indexer.rpc: v3.2 of Sh0rt7s, chain 1, block 1"),
+])
+def test_a_short_part_is_scrubbed_as_a_whole_token_and_nothing_more(echoed, scrubbed):
+    assert SHORT.scrub(echoed) == scrubbed
 
 
 def test_unconfigured_passwords_are_still_redacted():
