@@ -77,16 +77,16 @@ INSERT INTO abi_events (abi_name, table_name, signature, topic0, event, columns)
 VALUES (%(abi_name)s, %(table_name)s, %(signature)s, %(topic0)s, %(event)s, %(columns)s)
 """
 
+# {columns}: each parameter's EVENT_COLUMN, none for an event without parameters.
 CREATE_EVENT_TABLE = sql.SQL("""
 CREATE TABLE {table} (
     block_number     bigint  NOT NULL,
     log_index        integer NOT NULL,
     transaction_hash bytea   NOT NULL,
     address          bytea   NOT NULL,
-    {columns},
-    PRIMARY KEY (block_number, log_index)
+    {columns}PRIMARY KEY (block_number, log_index)
 )""")
-EVENT_COLUMN = sql.SQL("{name} {type} NOT NULL")
+EVENT_COLUMN = sql.SQL("{name} {type} NOT NULL,\n    ")
 COMMENT_ON_TABLE = sql.SQL("COMMENT ON TABLE {table} IS {text}")
 COMMENT_ON_COLUMN = sql.SQL("COMMENT ON COLUMN {table}.{column} IS {text}")
 
@@ -383,8 +383,10 @@ class _Target:
             data_at += not p.indexed
         self._data_words = data_at
         self._hashed = [p.hashed for p in event.params]
-        # The event's fields of one log as COPY text (the caller puts the key columns first);
-        # _Skip when the log is not this event's encoding.
+        # The event's fields of one log as COPY text (the caller puts the key columns first,
+        # then `tab`, which an event without parameters has none of); _Skip when the log is not
+        # this event's encoding.
+        self.tab = "\t" if event.params else ""
         self.line: Callable[[list[bytes], bytes], str]
         if all(w is not None for p, w in zip(event.params, words) if not p.hashed):
             self._words = [_to_bytea if p.hashed else w for p, w in zip(event.params, words)]
@@ -534,7 +536,7 @@ def decode_range(conn: psycopg.Connection, first: int, last: int) -> Counter[str
                             skipped[skip.reason] += 1
                             continue
                         lines.setdefault(target, []).append(
-                            f"{block}\t{index}\t\\\\x{tx_hash.hex()}\t\\\\x{address.hex()}\t{fields}")
+                            f"{block}\t{index}\t\\\\x{tx_hash.hex()}\t\\\\x{address.hex()}{target.tab}{fields}")
                 for target, table_lines in lines.items():
                     _copy(conn, target, table_lines)
     return skipped
@@ -636,7 +638,7 @@ def add(conn: psycopg.Connection, new: Registration, *, chunk: int) -> Added:
 
 def _create_table(conn: psycopg.Connection, table: str, event: Event, columns: list[str]) -> None:
     ident = sql.Identifier(table)
-    conn.execute(CREATE_EVENT_TABLE.format(table=ident, columns=sql.SQL(",\n    ").join(
+    conn.execute(CREATE_EVENT_TABLE.format(table=ident, columns=sql.SQL("").join(
         EVENT_COLUMN.format(name=sql.Identifier(c), type=_SQL_TYPES[column_type(p)])
         for c, p in zip(columns, event.params))))
     conn.execute(COMMENT_ON_TABLE.format(table=ident, text=sql.Literal(f"decoded {event.describe()}")))

@@ -411,3 +411,35 @@ def test_a_name_registered_twice_is_refused(db_url, conn, abi_file):
     assert result.stderr.splitlines() == [
         "indexer abi add: error: an ABI named every is registered already (`indexer abi drop every` first)"]
     assert event_tables(conn) == tables
+
+
+PAUSER = """
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+
+contract Pauser {
+    event Paused();
+    event Unpaused() anonymous;
+    function pause() external { emit Paused(); emit Unpaused(); }
+}
+"""
+
+
+def test_an_event_without_parameters_has_a_table_of_the_key_columns_alone(db_url, conn, tmp_path):
+    built = compile({"Pauser.sol": PAUSER})
+    path = tmp_path / "Pauser.json"
+    path.write_text(json.dumps(built["Pauser"][0]))
+    with Anvil() as node:
+        pauser = deploy(node, *built["Pauser"])
+        receipts = [mined(node, pauser.functions.pause().transact({"from": pauser.w3.eth.accounts[0]}))
+                    for _ in range(2)]
+        store_chain(conn, node, node.head())
+    added = run_indexer("abi", "add", "pauser", str(path), db_url=db_url)
+    assert added.returncode == 0, added.stderr
+    table = table_of(conn, "pauser", "Paused()")
+    with conn.transaction():
+        assert abi.decode_range(conn, 0, receipts[-1]["blockNumber"]) == {}
+    assert conn.execute(f"SELECT block_number, log_index, transaction_hash, address FROM {table}"
+                        " ORDER BY block_number").fetchall() == [
+        (r["blockNumber"], r["logs"][0]["logIndex"], bytes(r["transactionHash"]), bytes.fromhex(pauser.address[2:]))
+        for r in receipts]
