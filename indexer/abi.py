@@ -22,6 +22,11 @@ Only logs whose topic0 is a registered event's, from the ABI's addresses (if it 
 at or above its first block, are read. A log that such an event cannot decode is skipped and
 counted by reason (`SKIP_*`); it never fails the job. Anonymous events have no topic0 to
 find their logs by, and are skipped at registration with a message.
+
+An ABI is refused before anything is written, and before eth-abi parses its types, when it is
+beyond a bound (`MAX_EVENTS`, `MAX_PARAMS`, `MAX_DEPTH`, `MAX_DIMENSIONS`, `MAX_STATIC_WORDS`,
+`MAX_TYPE_CHARS`, `MAX_FILE_BYTES`): each far above what deployed contracts use, and below what
+costs the server's lock table or the CPU dearly.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from . import abi_names, queue
+from .abi_names import short
 from .block_range import DECODE_LOGS, cut
 from .errors import IndexerError
 from .rows import copy_text
@@ -58,6 +64,38 @@ FETCH_ROWS = 20_000
 class AbiError(IndexerError):
     exit_code = 2  # bad input: the name, the file or an address
 
+
+# The bounds of what `abi add` accepts, checked as the file is read: before eth-abi parses any
+# of its types, before the database is touched.
+#
+# Events, the file's entries of type "event" (anonymous ones and repeats included): each is a
+# table, which `abi add` creates in its one transaction and which every decode window then
+# locks, with its index. PostgreSQL's lock table is the whole server's: max_locks_per_transaction
+# (64) times its connections and processes (122 by default), 7,808 locks. Adding an event table
+# takes 6 (the table, its key's index and constraint, its TOAST table and index, its row type)
+# and dropping one 7, so adding 500 events takes 3,000, which leaves a default server room for
+# its other sessions. The largest ABIs of deployed contracts (diamonds, explorers' merged proxy
+# ABIs) have a few hundred events; most have under fifty.
+MAX_EVENTS = 500
+# Parameters of an event, and components of a tuple: Solidity emits no event of more than about
+# sixteen without via-IR (its stack), and at 64 columns a row stays well within a page, however
+# wide its values (each value moved to TOAST still takes its 18-byte pointer).
+MAX_PARAMS = 64
+# Tuples within tuples, and the dimensions of one array: real events nest structs two or three
+# deep and arrays two. eth-abi parses a type recursively; 5,000 dimensions took it 23 s of CPU.
+MAX_DEPTH = 8
+MAX_DIMENSIONS = 8
+# The 32-byte words of a parameter's fixed-size arrays, their sizes multiplied out through every
+# dimension and tuple: 65,536 words are 2 MiB of log data, 17 million gas at 8 gas a byte, half a
+# mainnet block. Real events' fixed-size arrays hold a handful of values.
+MAX_STATIC_WORDS = 65_536
+# The characters of an event's parameter types, as its signature writes them: Seaport's
+# OrderFulfilled, with two arrays of structs, has 109. It bounds eth-abi's parsing of a whole ABI:
+# 500 events of 2,048 characters of distinct types took it 0.6 s of CPU.
+MAX_TYPE_CHARS = 2_048
+# The file: compilers' artifacts, which hold the ABI with the bytecode and the sources' syntax
+# trees, reach a few MB.
+MAX_FILE_BYTES = 64 << 20
 
 # Serialises `abi add` and `abi drop`: the table names one derives depend on the tables the
 # other creates or drops.
@@ -185,22 +223,31 @@ class ParsedAbi:
 def parse_abi(document: Any) -> ParsedAbi:
     """The events of an ABI as compilers and explorers give it: a list of entries, or an object
     whose "abi" (solc, Hardhat and Foundry artifacts) or "result" (Etherscan's API, as a JSON
-    string) is that list. AbiError if it is none of these, or has no event to decode."""
+    string) is that list. AbiError if it is none of these, has no event to decode, or is beyond
+    a bound (`MAX_EVENTS`...): every event's shape is checked against the bounds before eth-abi
+    reads any of its types."""
     entries = _entries(document)
-    events: list[Event] = []
-    anonymous: list[Event] = []
+    found = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise AbiError(f"entry {i} of the ABI is not an object")
-        if entry.get("type") != "event":
-            continue
-        event = _event(entry, i)
-        if entry.get("anonymous") is True:
+        if entry.get("type") == "event":
+            found.append((i, entry))
+    if len(found) > MAX_EVENTS:
+        raise AbiError(f"the ABI has {len(found):,} events; at most {MAX_EVENTS} are allowed (each is a table)")
+    shapes = [_event(entry, i, bounded=True) for i, entry in found]
+    events: list[Event] = []
+    anonymous: list[Event] = []
+    seen: set[str] = set()
+    for event in shapes:
+        _check_types(event)
+        if event.entry.get("anonymous") is True:
             anonymous.append(event)
         elif sum(p.indexed for p in event.params) > 3:
-            raise AbiError(f"{event.describe()} has more than 3 indexed parameters, which no log can hold")
+            raise AbiError(f"{short(event.describe())} has more than 3 indexed parameters, which no log can hold")
         # Explorers' ABIs repeat an event a contract inherits twice; the first is kept.
-        elif all(e.indexed_form != event.indexed_form for e in events):
+        elif event.indexed_form not in seen:
+            seen.add(event.indexed_form)
             events.append(event)
     if not events:
         raise AbiError("the ABI has no event to decode" + (" (anonymous events have no topic0 to find their"
@@ -222,46 +269,105 @@ def _entries(document: Any) -> list[Any]:
     return document
 
 
-def _event(entry: dict[str, Any], position: int) -> Event:
+def _event(entry: dict[str, Any], position: int, *, bounded: bool = False) -> Event:
+    """The event of an ABI entry, its types written out but not checked by eth-abi
+    (`_check_types`); `bounded`: AbiError for a shape beyond the bounds. (The events registered
+    were checked when they were added, and are read again by every decode window.)"""
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise AbiError(f"event entry {position} of the ABI has no name")
+    shown = f"event {short(name)!r}"
     inputs = entry.get("inputs", [])
     if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
-        raise AbiError(f"event {name!r}: \"inputs\" is not a list of objects")
+        raise AbiError(f"{shown}: \"inputs\" is not a list of objects")
+    if bounded and len(inputs) > MAX_PARAMS:
+        raise AbiError(f"{shown} has {len(inputs):,} parameters; at most {MAX_PARAMS} are allowed")
     params = []
+    chars = 0
     for j, item in enumerate(inputs):
         param_name = item.get("name") or ""
         if not isinstance(param_name, str):
-            raise AbiError(f"event {name!r}: parameter {j} has a name that is not a string")
-        params.append(Param(param_name, _canonical_type(item, f"event {name!r} parameter {j}"),
-                            item.get("indexed") is True, item))
+            raise AbiError(f"{shown}: parameter {j} has a name that is not a string")
+        kind, _ = _type_text(item, f"{shown} parameter {j}", 0, bounded)
+        chars += len(kind) + (j > 0)  # and its comma
+        if bounded and chars > MAX_TYPE_CHARS:
+            raise AbiError(f"{shown}: its parameters' types are longer than {MAX_TYPE_CHARS:,} characters")
+        params.append(Param(param_name, kind, item.get("indexed") is True, item))
     signature = f"{name}({','.join(p.type for p in params)})"
     return Event(name, signature, tuple(params), entry)
 
 
-def _canonical_type(item: dict[str, Any], where: str) -> str:
-    """The type as it appears in a signature (tuples written out, `uint` as `uint256`); AbiError
-    for a type eth-abi cannot decode."""
+def _type_text(item: dict[str, Any], where: str, depth: int, bounded: bool) -> tuple[str, int]:
+    """The type as it appears in a signature (tuples written out, `uint` as `uint256`), and, if
+    `bounded`, the 32-byte words of its fixed-size arrays multiplied out (AbiError beyond a
+    bound). Plain string work: eth-abi reads the type later (`_check_types`)."""
     kind = item.get("type")
     if not isinstance(kind, str):
         raise AbiError(f"{where} has no type")
-    if kind.startswith("tuple"):
+    base, sizes = _dimensions(kind, where, bounded)
+    words = 1
+    if base == "tuple":
         components = item.get("components")
         if not isinstance(components, list) or not components or not all(isinstance(c, dict) for c in components):
             raise AbiError(f"{where}: a tuple without components")
-        inner = ",".join(_canonical_type(c, where) for c in components)
-        kind = f"({inner}){kind[len('tuple'):]}"
-    elif re.fullmatch(r"enum [A-Za-z0-9_.]+", kind):  # old compilers' ABIs name enums; they are uint8
-        kind = "uint8"
-    try:
-        canonical = grammar.normalize(kind)
-        grammar.parse(canonical).validate()
-        abi_registry.get_decoder(canonical)
-    except Exception as exc:  # the grammar's ParseError and ABITypeError, the registry's NoEntriesFound...
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise AbiError(f"{where}: not a type eth-abi can decode: {kind!r} ({reason})") from None
-    return canonical
+        if bounded and depth >= MAX_DEPTH:
+            raise AbiError(f"{where}: tuples nested more than {MAX_DEPTH} deep")
+        if bounded and len(components) > MAX_PARAMS:
+            raise AbiError(f"{where}: a tuple of {len(components):,} components; at most {MAX_PARAMS} are allowed")
+        parts = [_type_text(c, where, depth + 1, bounded) for c in components]
+        base = f"({','.join(text for text, _ in parts)})"
+        words = sum(w for _, w in parts)
+    elif _ENUM.fullmatch(base):  # old compilers' ABIs name enums; they are uint8
+        base = "uint8"
+    else:
+        base = grammar.normalize(base)
+    if bounded:
+        for size in filter(None, sizes):
+            words *= int(size)
+            if words > MAX_STATIC_WORDS:
+                raise _too_many_words(where, kind)
+    text = base + "".join(f"[{size}]" for size in sizes)
+    if bounded and len(text) > MAX_TYPE_CHARS:
+        raise AbiError(f"{where}: a type longer than {MAX_TYPE_CHARS:,} characters")
+    return text, words
+
+
+_ENUM = re.compile(r"enum [A-Za-z0-9_.]+")
+
+
+def _dimensions(kind: str, where: str, bounded: bool) -> tuple[str, list[str]]:
+    """`kind` as its base and its array sizes, outermost last ('' for a dynamic one): "uint8[2][]"
+    is ("uint8", ["2", ""]). Read from the end, at most one dimension past the bound."""
+    sizes: list[str] = []
+    base = kind
+    while base.endswith("]") and (start := base.rfind("[")) >= 0:
+        if bounded and len(sizes) == MAX_DIMENSIONS:
+            raise AbiError(f"{where}: {short(kind)!r} has more than {MAX_DIMENSIONS} array dimensions")
+        size = base[start + 1:-1]
+        if size and not (size.isascii() and size.isdigit()):
+            raise AbiError(f"{where}: not an array size: {short(size)!r}")
+        if bounded and len(size) > len(str(MAX_STATIC_WORDS)):
+            raise _too_many_words(where, kind)
+        sizes.append(size)
+        base = base[:start]
+    sizes.reverse()
+    return base, sizes
+
+
+def _too_many_words(where: str, kind: str) -> AbiError:
+    return AbiError(f"{where}: {short(kind)!r} has fixed-size arrays of more than {MAX_STATIC_WORDS:,} words in all")
+
+
+def _check_types(event: Event) -> None:
+    """AbiError for a parameter whose type eth-abi cannot decode."""
+    for j, param in enumerate(event.params):
+        try:
+            grammar.parse(param.type).validate()
+            abi_registry.get_decoder(param.type)
+        except Exception as exc:  # the grammar's ParseError and ABITypeError, the registry's NoEntriesFound...
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise AbiError(f"event {short(event.name)!r} parameter {j}: not a type eth-abi can decode:"
+                           f" {short(param.type)!r} ({short(reason)})") from None
 
 
 def parse_address(text: str) -> bytes:
@@ -572,9 +678,11 @@ def registration(name: str, path: str, *, addresses: Iterable[str] = (), from_bl
         raise AbiError(str(exc)) from None
     try:
         with open(path, "rb") as file:
-            text = file.read()
+            text = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise AbiError(f"cannot read the ABI file {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise AbiError(f"the ABI file {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
     try:
         parsed = _read_abi(path, text)
     except RecursionError:
@@ -611,7 +719,8 @@ def add(conn: psycopg.Connection, new: Registration, *, chunk: int) -> Added:
     so far (at or above its first block), in one transaction. AbiError, and nothing written, if
     the name is registered already."""
     events = new.parsed.events
-    same_signature = {e.signature for e in events if sum(x.signature == e.signature for x in events) > 1}
+    signatures = Counter(e.signature for e in events)
+    same_signature = {signature for signature, count in signatures.items() if count > 1}
     with conn.transaction():
         conn.execute(ABI_LOCK)
         if conn.execute(ABI_EXISTS, {"name": new.name}).fetchone()[0]:
@@ -667,6 +776,10 @@ def listing(conn: psycopg.Connection) -> list[Listed]:
 
 def drop(conn: psycopg.Connection, name: str) -> list[str]:
     """Drops an ABI's tables and its registry rows in one transaction; returns the tables."""
+    try:
+        abi_names.check_abi_name(name)
+    except ValueError as exc:
+        raise AbiError(str(exc)) from None
     with conn.transaction():
         conn.execute(ABI_LOCK)
         tables = [row[0] for row in conn.execute(SELECT_TABLES, {"name": name})]

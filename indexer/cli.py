@@ -14,6 +14,7 @@ import psycopg
 import pydantic
 
 from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from .abi_names import short
 from .block_range import MAX_END
 from .errors import IndexerError, Secrets, first_line, redact
 from .logs import configure as configure_logs
@@ -202,7 +203,8 @@ def build_parser() -> Parser:
         help="register an ABI, create its event tables and plan the decoding of the blocks indexed so far",
         description="Register the ABI in FILE (a JSON list of entries, or a compiler's or explorer's artifact with"
         " an \"abi\" list) as NAME: each non-anonymous event gets a table abi_NAME_EVENT, and decode_logs jobs"
-        " are planned for every block indexed so far at or above --from-block, all in one transaction.",
+        " are planned for every block indexed so far at or above --from-block, all in one transaction. An ABI has"
+        f" at most {abi.MAX_EVENTS} events of at most {abi.MAX_PARAMS} parameters each.",
     )
     a.add_argument("name", metavar="NAME", help="a lower-case letter, then up to 30 lower-case letters, digits or _")
     a.add_argument("file", metavar="FILE", help="the ABI, as JSON")
@@ -307,9 +309,9 @@ def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
         added = abi.add(conn, new, chunk=cfg.chunk)
     print(f"registered ABI {args.name}: {len(added.tables)} event table(s)")
     for event, table in added.tables:
-        print(f"  {event.signature} -> {table}")
+        print(f"  {short(event.signature)} -> {table}")
     for event in added.anonymous:
-        print(f"skipped anonymous {event.describe()}: it has no topic0 to find its logs by")
+        print(f"skipped anonymous {short(event.describe())}: it has no topic0 to find its logs by")
     since = f" from block {args.from_block:,}" if args.from_block else ""
     print(f"planned {added.jobs:,} decode job(s) ({added.blocks:,} blocks) for the blocks indexed so far{since};"
           " blocks indexed later are decoded as they are")
@@ -325,7 +327,7 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
         where = ", ".join("0x" + a.hex() for a in entry.addresses) if entry.addresses else "any address"
         print(f"{entry.name}: {where}, from block {entry.from_block:,}, {len(entry.tables)} event table(s)")
         for signature, table, rows in entry.tables:
-            print(f"  {signature} -> {table}: {rows:,} row(s)")
+            print(f"  {short(signature)} -> {table}: {rows:,} row(s)")
     return 0
 
 
