@@ -27,6 +27,10 @@ An ABI is refused before anything is written, and before eth-abi parses its type
 beyond a bound (`MAX_EVENTS`, `MAX_PARAMS`, `MAX_DEPTH`, `MAX_DIMENSIONS`, `MAX_STATIC_WORDS`,
 `MAX_TYPE_CHARS`, `MAX_FILE_BYTES`): each far above what deployed contracts use, and below what
 costs the server's lock table or the CPU dearly.
+
+`indexer abi drop` first marks the ABI `dropping`, in a transaction that waits for the decode
+windows in flight (`DECODING`), after which no window uses it; it then drops its tables
+`DROP_BATCH` a transaction. Run again, it finishes a drop that was interrupted.
 """
 
 from __future__ import annotations
@@ -97,11 +101,25 @@ MAX_TYPE_CHARS = 2_048
 # trees, reach a few MB.
 MAX_FILE_BYTES = 64 << 20
 
+# Event tables an `abi drop` transaction drops: some 700 locks of the server's lock table.
+DROP_BATCH = 100
+
 # Serialises `abi add` and `abi drop`: the table names one derives depend on the tables the
 # other creates or drops.
 ABI_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi'))"
 
-ABI_EXISTS = "SELECT EXISTS (SELECT 1 FROM abis WHERE name = %(name)s)"
+# Every transaction that reads the registered events to use their tables (a decode window) takes
+# DECODING shared, before it reads them; `abi drop` takes it exclusive, in the transaction that
+# marks the ABI dropping. PostgreSQL queues a lock's requests in order, so a drop waits for the
+# windows in flight only, and the windows that start after it wait for its mark (one UPDATE),
+# then see it. (A row lock would not do: FOR KEY SHARE is granted beside the ones held, ahead of
+# a DELETE waiting for them, so the DELETE waited for a moment when no window held one: as long
+# as a backfill decoded.)
+DECODING = "SELECT pg_advisory_xact_lock_shared(hashtext('skiplock-indexer:abi-decode'))"
+STOP_DECODING = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi-decode'))"
+
+# NULL: no ABI of that name; true: one whose drop began (and may have been interrupted).
+ABI_DROPPING = "SELECT dropping FROM abis WHERE name = %(name)s"
 
 RELATION_NAMES = "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
 
@@ -138,13 +156,13 @@ FROM unnest((SELECT range_agg(int8range(first_block, last_block, '[]'))
 ORDER BY 1
 """
 
-# The key share lock keeps `abi drop` from dropping a table between this read and the writes
-# to it; a drop that came first is waited for, and its ABI is then not returned.
+# Read under DECODING: an ABI being dropped is not returned, and its drop does not start while
+# the tables returned are in use.
 SELECT_REGISTERED = """
 SELECT a.addresses, a.from_block, e.table_name, e.event, e.columns
 FROM abis a JOIN abi_events e ON e.abi_name = a.name
+WHERE NOT a.dropping
 ORDER BY a.name, e.table_name
-FOR KEY SHARE OF a
 """
 
 SELECT_LOGS = """
@@ -160,13 +178,21 @@ COPY_ROWS = sql.SQL("COPY {table} ({columns}) FROM STDIN")
 COUNT_ROWS = sql.SQL("SELECT count(*) FROM {table}")
 
 SELECT_LISTING = """
-SELECT a.name, a.addresses, a.from_block, e.signature, e.table_name
-FROM abis a JOIN abi_events e ON e.abi_name = a.name
+SELECT a.name, a.addresses, a.from_block, a.dropping, e.signature, e.table_name
+FROM abis a LEFT JOIN abi_events e ON e.abi_name = a.name
 ORDER BY a.name, e.signature, e.table_name
 """
 
-SELECT_TABLES = "SELECT table_name FROM abi_events WHERE abi_name = %(name)s ORDER BY table_name"
-DELETE_ABI = "DELETE FROM abis WHERE name = %(name)s RETURNING name"
+MARK_DROPPING = "UPDATE abis SET dropping = true WHERE name = %(name)s RETURNING name"
+# The next tables of a dropping ABI, taken out of its registry.
+DELETE_EVENTS = """
+DELETE FROM abi_events
+WHERE abi_name = %(name)s
+  AND table_name IN (SELECT table_name FROM abi_events WHERE abi_name = %(name)s
+                     ORDER BY table_name LIMIT %(limit)s)
+RETURNING table_name
+"""
+DELETE_ABI = "DELETE FROM abis WHERE name = %(name)s AND dropping"
 DROP_TABLE = sql.SQL("DROP TABLE IF EXISTS {table}")
 
 
@@ -588,7 +614,9 @@ class Registered:
 
 
 def registered(conn: psycopg.Connection) -> list[Registered]:
-    """Every registered event, its ABI's rows locked against `abi drop` until the transaction ends."""
+    """Every registered event of an ABI not being dropped; a drop that begins after this read
+    waits for the caller's transaction to end before it marks its ABI (`DECODING`)."""
+    conn.execute(DECODING)
     found = []
     for addresses, from_block, table, entry, columns in conn.execute(SELECT_REGISTERED):
         found.append(Registered(table, _event(entry, 0), columns, addresses, from_block))
@@ -723,7 +751,11 @@ def add(conn: psycopg.Connection, new: Registration, *, chunk: int) -> Added:
     same_signature = {signature for signature, count in signatures.items() if count > 1}
     with conn.transaction():
         conn.execute(ABI_LOCK)
-        if conn.execute(ABI_EXISTS, {"name": new.name}).fetchone()[0]:
+        state = conn.execute(ABI_DROPPING, {"name": new.name}).fetchone()
+        if state is not None and state[0]:
+            raise AbiError(f"the ABI named {new.name} is being dropped (`indexer abi drop {new.name}` finishes"
+                           " a drop that was interrupted)")
+        if state is not None:
             raise AbiError(f"an ABI named {new.name} is registered already (`indexer abi drop {new.name}` first)")
         taken = {row[0] for row in conn.execute(RELATION_NAMES)}
         try:
@@ -762,29 +794,59 @@ class Listed:
     name: str
     addresses: list[bytes] | None
     from_block: int
-    tables: list[tuple[str, str, int]]  # (signature, table, rows)
+    dropping: bool  # its drop began: its tables left are not counted
+    tables: list[tuple[str, str, int | None]]  # (signature, table, rows)
 
 
 def listing(conn: psycopg.Connection) -> list[Listed]:
+    """The registered ABIs and the rows of their tables, counted one table a statement (a
+    transaction over them all would lock every table until it ended)."""
     abis: dict[str, Listed] = {}
-    with conn.transaction():  # one snapshot: no table dropped between the listing and its counts
-        for name, addresses, from_block, signature, table in conn.execute(SELECT_LISTING).fetchall():
-            rows = conn.execute(COUNT_ROWS.format(table=sql.Identifier(table))).fetchone()[0]
-            abis.setdefault(name, Listed(name, addresses, from_block, [])).tables.append((signature, table, rows))
+    for name, addresses, from_block, dropping, signature, table in conn.execute(SELECT_LISTING).fetchall():
+        listed = abis.setdefault(name, Listed(name, addresses, from_block, dropping, []))
+        if table is not None:
+            listed.tables.append((signature, table, None if dropping else _count(conn, table)))
+    for name, listed in abis.items():
+        if not listed.dropping and any(rows is None for _, _, rows in listed.tables):
+            abis[name] = Listed(name, listed.addresses, listed.from_block, True,
+                                [(signature, table, None) for signature, table, _ in listed.tables])
     return list(abis.values())
 
 
+def _count(conn: psycopg.Connection, table: str) -> int | None:
+    """The table's rows; None if it was dropped since the registry was read (its ABI's drop
+    began)."""
+    try:
+        with conn.transaction():
+            return conn.execute(COUNT_ROWS.format(table=sql.Identifier(table))).fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        return None
+
+
 def drop(conn: psycopg.Connection, name: str) -> list[str]:
-    """Drops an ABI's tables and its registry rows in one transaction; returns the tables."""
+    """Drops an ABI: marks it dropping (from then on no decode window uses it), then drops its
+    tables, `DROP_BATCH` a transaction, with their registry rows, and its own row with the last.
+    Each transaction holds a bounded share of the server's lock table, and `abi add` waits for
+    one at most. A drop interrupted half-way leaves the ABI marked, and finishes when run again.
+    Returns the tables this call dropped; AbiError if no ABI of that name is registered."""
     try:
         abi_names.check_abi_name(name)
     except ValueError as exc:
         raise AbiError(str(exc)) from None
     with conn.transaction():
         conn.execute(ABI_LOCK)
-        tables = [row[0] for row in conn.execute(SELECT_TABLES, {"name": name})]
-        if conn.execute(DELETE_ABI, {"name": name}).fetchone() is None:
+        if conn.execute(MARK_DROPPING, {"name": name}).fetchone() is None:
             raise AbiError(f"no ABI named {name!r} is registered (see `indexer abi list`)")
-        for table in tables:
-            conn.execute(DROP_TABLE.format(table=sql.Identifier(table)))
-    return tables
+        conn.execute(STOP_DECODING)  # waits for the decode windows that may be using its tables
+    dropped: list[str] = []
+    while True:
+        with conn.transaction():
+            conn.execute(ABI_LOCK)
+            tables = [row[0] for row in conn.execute(DELETE_EVENTS, {"name": name, "limit": DROP_BATCH})]
+            for table in tables:
+                conn.execute(DROP_TABLE.format(table=sql.Identifier(table)))
+            if len(tables) < DROP_BATCH:
+                conn.execute(DELETE_ABI, {"name": name})
+        dropped += tables
+        if len(tables) < DROP_BATCH:
+            return dropped

@@ -216,7 +216,8 @@ def build_parser() -> Parser:
                    help="blocks per decode job (default 10000; INDEXER_CHUNK)")
     actions.add_parser("list", parents=[common], help="the ABIs registered, their tables and rows decoded so far")
     a = actions.add_parser("drop", parents=[common],
-                           help="drop an ABI's tables and its registration, in one transaction")
+                           help="stop decoding an ABI, then drop its tables and its registration (run it again to"
+                           " finish a drop that was interrupted)")
     a.add_argument("name", metavar="NAME")
     return parser
 
@@ -324,6 +325,10 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
     if not listed:
         print("no ABI is registered")
     for entry in listed:
+        if entry.dropping:
+            print(f"{entry.name}: being dropped, {len(entry.tables)} event table(s) left (`indexer abi drop"
+                  f" {entry.name}` finishes a drop that was interrupted)")
+            continue
         where = ", ".join("0x" + a.hex() for a in entry.addresses) if entry.addresses else "any address"
         print(f"{entry.name}: {where}, from block {entry.from_block:,}, {len(entry.tables)} event table(s)")
         for signature, table, rows in entry.tables:
