@@ -363,6 +363,12 @@ COMMANDS = {
 SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
+# PostgreSQL's class 53, "insufficient resources" (out of memory, or of shared memory for its lock
+# table; disk full; too many connections): the server answered, and says what it lacks.
+RESOURCE_ERRORS = (psycopg.errors.InsufficientResources, psycopg.errors.OutOfMemory, psycopg.errors.DiskFull,
+                   psycopg.errors.TooManyConnections, psycopg.errors.ConfigurationLimitExceeded)
+
+
 def _interrupt() -> None:
     raise KeyboardInterrupt
 
@@ -389,6 +395,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except psycopg.errors.UndefinedTable as exc:
         print(f"indexer {args.command}: error: {first_line(exc)}: run `indexer migrate` first", file=sys.stderr)
+        return EXIT_RUNTIME
+    except RESOURCE_ERRORS as exc:
+        hint = f" ({' '.join(exc.diag.message_hint.split())})" if exc.diag.message_hint else ""
+        print(f"indexer {args.command}: error: the database server is out of resources: {redact(first_line(exc))}"
+              f"{redact(hint)}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.OperationalError as exc:
         print(f"indexer {args.command}: error: lost the database: {redact(first_line(exc))}", file=sys.stderr)

@@ -1,11 +1,13 @@
 """What a large ABI costs, against a real PostgreSQL and anvil (indexer/abi.py): an ABI at the
 bounds is added, decoded, listed and dropped; one past them is refused before anything is
-written; a drop waits for the decode windows in flight and never for the queue, and finishes
-when run again after an interruption."""
+written; a drop takes a bounded share of the server's lock table a transaction, waits for the
+decode windows in flight and never for the queue, and finishes when run again after an
+interruption; and what the server runs out of is said as such."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from eth_utils import keccak
 from indexer import abi, queue
 from indexer.block_range import DECODE_LOGS
 from indexer.testing.anvil import EMITTER_INIT, Anvil
+from indexer.testing.cluster import OwnPostgres
 from indexer.testing.contracts import mined
 from indexer.testing.waiting import wait_for
 
@@ -208,3 +211,34 @@ def test_an_interrupted_drop_leaves_the_abi_undecoded_and_is_finished_by_running
     assert finished.stdout == f"dropped ABI half and its {len(left)} table(s)\n"
     assert event_tables(conn) == 0 and registry(conn) == (0, 0)
     assert run_indexer("abi", "add", "half", str(path), db_url=db_url).returncode == 0
+
+
+def restart(pg: OwnPostgres, *settings: str) -> None:
+    """Stops the server and starts it again with pg-start's options, then `settings` over them."""
+    pg.pg_ctl("stop")
+    options = shlex.split((Path(pg.data) / "postmaster.opts").read_text())[1:]  # after the binary
+    pg.pg_ctl("start", "-o", shlex.join([*options, *(f"-c{s}" for s in settings)]))
+
+
+def test_a_large_abi_is_dropped_in_transactions_the_lock_table_holds(own_postgres, tmp_path):
+    url = own_postgres.url
+    assert run_indexer("migrate", db_url=url).returncode == 0
+    path = events_abi(tmp_path / "bound.json", abi.MAX_EVENTS)
+    assert run_indexer("abi", "add", "bound", str(path), db_url=url).returncode == 0
+
+    # A server whose lock table holds some 1,900 locks (measured: 10 a connection, for 50 of
+    # them and its own processes, and what its shared memory has to spare): adding as large an
+    # ABI takes about 3,000, dropping it at once 3,500, a transaction of the drop 700.
+    restart(own_postgres, "max_connections=50", "max_locks_per_transaction=10")
+    refused = run_indexer("abi", "add", "again", str(path), db_url=url)
+    assert refused.returncode == 1
+    assert refused.stderr == ("indexer abi add: error: the database server is out of resources: out of shared"
+                              " memory (You might need to increase max_locks_per_transaction.)\n")
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM abi_events").fetchone() == (abi.MAX_EVENTS,)
+        assert event_tables(conn) == abi.MAX_EVENTS  # nothing of `again`
+
+        dropped = run_indexer("abi", "drop", "bound", db_url=url)
+        assert dropped.returncode == 0, dropped.stderr
+        assert dropped.stdout == f"dropped ABI bound and its {abi.MAX_EVENTS} table(s)\n"
+        assert event_tables(conn) == 0 and registry(conn) == (0, 0)
