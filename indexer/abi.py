@@ -73,17 +73,18 @@ class AbiError(IndexerError):
 # of its types, before the database is touched.
 #
 # Events, the file's entries of type "event" (anonymous ones and repeats included): each is a
-# table, which `abi add` creates in its one transaction and which every decode window then
-# locks, with its index. PostgreSQL's lock table is the whole server's: max_locks_per_transaction
-# (64) times its connections and processes (122 by default), 7,808 locks. Adding an event table
-# takes 6 (the table, its key's index and constraint, its TOAST table and index, its row type)
-# and dropping one 7, so adding 500 events takes 3,000, which leaves a default server room for
-# its other sessions. The largest ABIs of deployed contracts (diamonds, explorers' merged proxy
-# ABIs) have a few hundred events; most have under fifty.
+# table, and PostgreSQL's lock table is the whole server's, sized for max_locks_per_transaction
+# (64) times its connections and processes (122 by default): 7,808 locks, and what its shared
+# memory has to spare. `abi add` creates every table in one transaction, at 6 locks a table (the
+# table, its key's index and constraint, its TOAST table and index, its row type): 3,000 at the
+# bound, which leaves a default server room for its other sessions. (`abi drop` takes 7 a table,
+# DROP_BATCH tables a transaction; a decode window 2 for every registered table.) The largest
+# ABIs of deployed contracts (diamonds, explorers' merged proxy ABIs) have a few hundred events;
+# most have under fifty.
 MAX_EVENTS = 500
-# Parameters of an event, and components of a tuple: Solidity emits no event of more than about
-# sixteen without via-IR (its stack), and at 64 columns a row stays well within a page, however
-# wide its values (each value moved to TOAST still takes its 18-byte pointer).
+# Parameters of an event, and components of a tuple: Solidity's stack limits an event to about
+# sixteen without via-IR, and at 64 columns a row stays well within a page, however wide its
+# values (each value moved to TOAST still takes its 18-byte pointer).
 MAX_PARAMS = 64
 # Tuples within tuples, and the dimensions of one array: real events nest structs two or three
 # deep and arrays two. eth-abi parses a type recursively; 5,000 dimensions took it 23 s of CPU.

@@ -213,6 +213,17 @@ def test_an_interrupted_drop_leaves_the_abi_undecoded_and_is_finished_by_running
     assert run_indexer("abi", "add", "half", str(path), db_url=db_url).returncode == 0
 
 
+def test_a_listing_counts_table_by_table_and_meets_a_drop_under_way(db_url, conn, tmp_path):
+    path = events_abi(tmp_path / "abi.json", 3)
+    assert run_indexer("abi", "add", "kept", str(path), db_url=db_url).returncode == 0
+    assert run_indexer("abi", "add", "going", str(path), db_url=db_url).returncode == 0
+    # As a drop that began after the listing read the registry drops a table before it is counted:
+    conn.execute("DROP TABLE abi_going_event1")
+    listed = abi.listing(conn)
+    assert [(entry.name, entry.dropping) for entry in listed] == [("going", True), ("kept", False)]
+    assert [rows for _, _, rows in listed[1].tables] == [0, 0, 0]
+
+
 def restart(pg: OwnPostgres, *settings: str) -> None:
     """Stops the server and starts it again with pg-start's options, then `settings` over them."""
     pg.pg_ctl("stop")
