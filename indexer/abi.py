@@ -344,6 +344,8 @@ def _type_text(item: dict[str, Any], where: str, depth: int, bounded: bool) -> t
         parts = [_type_text(c, where, depth + 1, bounded) for c in components]
         base = f"({','.join(text for text, _ in parts)})"
         words = sum(w for _, w in parts)
+    elif base.startswith("("):  # eth-abi reads it, but the decoding needs the members' names
+        raise AbiError(f"{where}: a tuple is of type \"tuple\", its members in \"components\": {short(kind)!r}")
     elif _ENUM.fullmatch(base):  # old compilers' ABIs name enums; they are uint8
         base = "uint8"
     else:

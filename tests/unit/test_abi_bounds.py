@@ -4,6 +4,7 @@ one past it refused with one clear line, before eth-abi reads any type."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,15 @@ def test_types_past_a_bound_are_refused_before_eth_abi_reads_them(type_str, mess
     with pytest.raises(abi.AbiError, match=message) as refused:
         abi.parse_abi([event("E", type_str)])
     assert len(str(refused.value)) < 300
+
+
+def test_a_tuple_written_out_in_its_type_is_refused():
+    """eth-abi reads "(uint256,string)[]", but decoding a tuple into JSON needs its members'
+    entries ("components"): such an ABI, once registered, failed every decode window."""
+    for type_str in ("(uint256,string)[]", "(bool)"):
+        with pytest.raises(abi.AbiError, match=f"a tuple is of type \"tuple\", its members in \"components\":"
+                                               f" '{re.escape(type_str)}'"):
+            abi.parse_abi([event("E", type_str)])
 
 
 def test_the_file_may_be_at_most_max_file_bytes(tmp_path: Path):
