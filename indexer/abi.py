@@ -22,6 +22,15 @@ Only logs whose topic0 is a registered event's, from the ABI's addresses (if it 
 at or above its first block, are read. A log that such an event cannot decode is skipped and
 counted by reason (`SKIP_*`); it never fails the job. Anonymous events have no topic0 to
 find their logs by, and are skipped at registration with a message.
+
+An ABI is refused before anything is written, and before eth-abi parses its types, when it is
+beyond a bound (`MAX_EVENTS`, `MAX_PARAMS`, `MAX_DEPTH`, `MAX_DIMENSIONS`, `MAX_STATIC_WORDS`,
+`MAX_TYPE_CHARS`, `MAX_FILE_BYTES`): each far above what deployed contracts use, and below what
+costs the server's lock table or the CPU dearly.
+
+`indexer abi drop` first marks the ABI `dropping`, in a transaction that waits for the decode
+windows in flight (`DECODING`), after which no window uses it; it then drops its tables
+`DROP_BATCH` a transaction. Run again, it finishes a drop that was interrupted.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from . import abi_names, queue
+from .abi_names import short
 from .block_range import DECODE_LOGS, cut
 from .errors import IndexerError
 from .rows import copy_text
@@ -59,11 +69,58 @@ class AbiError(IndexerError):
     exit_code = 2  # bad input: the name, the file or an address
 
 
+# The bounds of what `abi add` accepts, checked as the file is read: before eth-abi parses any
+# of its types, before the database is touched.
+#
+# Events, the file's entries of type "event" (anonymous ones and repeats included): each is a
+# table, and PostgreSQL's lock table is the whole server's, sized for max_locks_per_transaction
+# (64) times its connections and processes (122 by default): 7,808 locks, and what its shared
+# memory has to spare. `abi add` creates every table in one transaction, at 6 locks a table (the
+# table, its key's index and constraint, its TOAST table and index, its row type): 3,000 at the
+# bound, which leaves a default server room for its other sessions. (`abi drop` takes 7 a table,
+# DROP_BATCH tables a transaction; a decode window 2 for every registered table.) The largest
+# ABIs of deployed contracts (diamonds, explorers' merged proxy ABIs) have a few hundred events;
+# most have under fifty.
+MAX_EVENTS = 500
+# Parameters of an event, and components of a tuple: Solidity's stack limits an event to about
+# sixteen without via-IR, and at 64 columns a row stays well within a page, however wide its
+# values (each value moved to TOAST still takes its 18-byte pointer).
+MAX_PARAMS = 64
+# Tuples within tuples, and the dimensions of one array: real events nest structs two or three
+# deep and arrays two. eth-abi parses a type recursively; 5,000 dimensions took it 23 s of CPU.
+MAX_DEPTH = 8
+MAX_DIMENSIONS = 8
+# The 32-byte words of a parameter's fixed-size arrays, their sizes multiplied out through every
+# dimension and tuple: 65,536 words are 2 MiB of log data, 17 million gas at 8 gas a byte, half a
+# mainnet block. Real events' fixed-size arrays hold a handful of values.
+MAX_STATIC_WORDS = 65_536
+# The characters of an event's parameter types, as its signature writes them: Seaport's
+# OrderFulfilled, with two arrays of structs, has 109. It bounds eth-abi's parsing of a whole ABI:
+# 500 events of 2,048 characters of distinct types took it 0.6 s of CPU.
+MAX_TYPE_CHARS = 2_048
+# The file: compilers' artifacts, which hold the ABI with the bytecode and the sources' syntax
+# trees, reach a few MB.
+MAX_FILE_BYTES = 64 << 20
+
+# Event tables an `abi drop` transaction drops: some 700 locks of the server's lock table.
+DROP_BATCH = 100
+
 # Serialises `abi add` and `abi drop`: the table names one derives depend on the tables the
 # other creates or drops.
 ABI_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi'))"
 
-ABI_EXISTS = "SELECT EXISTS (SELECT 1 FROM abis WHERE name = %(name)s)"
+# Every transaction that reads the registered events to use their tables (a decode window) takes
+# DECODING shared, before it reads them; `abi drop` takes it exclusive, in the transaction that
+# marks the ABI dropping. PostgreSQL queues a lock's requests in order, so a drop waits for the
+# windows in flight only, and the windows that start after it wait for its mark (one UPDATE),
+# then see it. (A row lock would not do: FOR KEY SHARE is granted beside the ones held, ahead of
+# a DELETE waiting for them, so the DELETE waited for a moment when no window held one: as long
+# as a backfill decoded.)
+DECODING = "SELECT pg_advisory_xact_lock_shared(hashtext('skiplock-indexer:abi-decode'))"
+STOP_DECODING = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi-decode'))"
+
+# NULL: no ABI of that name; true: one whose drop began (and may have been interrupted).
+ABI_DROPPING = "SELECT dropping FROM abis WHERE name = %(name)s"
 
 RELATION_NAMES = "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
 
@@ -77,16 +134,16 @@ INSERT INTO abi_events (abi_name, table_name, signature, topic0, event, columns)
 VALUES (%(abi_name)s, %(table_name)s, %(signature)s, %(topic0)s, %(event)s, %(columns)s)
 """
 
+# {columns}: each parameter's EVENT_COLUMN, none for an event without parameters.
 CREATE_EVENT_TABLE = sql.SQL("""
 CREATE TABLE {table} (
     block_number     bigint  NOT NULL,
     log_index        integer NOT NULL,
     transaction_hash bytea   NOT NULL,
     address          bytea   NOT NULL,
-    {columns},
-    PRIMARY KEY (block_number, log_index)
+    {columns}PRIMARY KEY (block_number, log_index)
 )""")
-EVENT_COLUMN = sql.SQL("{name} {type} NOT NULL")
+EVENT_COLUMN = sql.SQL("{name} {type} NOT NULL,\n    ")
 COMMENT_ON_TABLE = sql.SQL("COMMENT ON TABLE {table} IS {text}")
 COMMENT_ON_COLUMN = sql.SQL("COMMENT ON COLUMN {table}.{column} IS {text}")
 
@@ -100,13 +157,13 @@ FROM unnest((SELECT range_agg(int8range(first_block, last_block, '[]'))
 ORDER BY 1
 """
 
-# The key share lock keeps `abi drop` from dropping a table between this read and the writes
-# to it; a drop that came first is waited for, and its ABI is then not returned.
+# Read under DECODING: an ABI being dropped is not returned, and its drop does not start while
+# the tables returned are in use.
 SELECT_REGISTERED = """
 SELECT a.addresses, a.from_block, e.table_name, e.event, e.columns
 FROM abis a JOIN abi_events e ON e.abi_name = a.name
+WHERE NOT a.dropping
 ORDER BY a.name, e.table_name
-FOR KEY SHARE OF a
 """
 
 SELECT_LOGS = """
@@ -122,13 +179,21 @@ COPY_ROWS = sql.SQL("COPY {table} ({columns}) FROM STDIN")
 COUNT_ROWS = sql.SQL("SELECT count(*) FROM {table}")
 
 SELECT_LISTING = """
-SELECT a.name, a.addresses, a.from_block, e.signature, e.table_name
-FROM abis a JOIN abi_events e ON e.abi_name = a.name
+SELECT a.name, a.addresses, a.from_block, a.dropping, e.signature, e.table_name
+FROM abis a LEFT JOIN abi_events e ON e.abi_name = a.name
 ORDER BY a.name, e.signature, e.table_name
 """
 
-SELECT_TABLES = "SELECT table_name FROM abi_events WHERE abi_name = %(name)s ORDER BY table_name"
-DELETE_ABI = "DELETE FROM abis WHERE name = %(name)s RETURNING name"
+MARK_DROPPING = "UPDATE abis SET dropping = true WHERE name = %(name)s RETURNING name"
+# The next tables of a dropping ABI, taken out of its registry.
+DELETE_EVENTS = """
+DELETE FROM abi_events
+WHERE abi_name = %(name)s
+  AND table_name IN (SELECT table_name FROM abi_events WHERE abi_name = %(name)s
+                     ORDER BY table_name LIMIT %(limit)s)
+RETURNING table_name
+"""
+DELETE_ABI = "DELETE FROM abis WHERE name = %(name)s AND dropping"
 DROP_TABLE = sql.SQL("DROP TABLE IF EXISTS {table}")
 
 
@@ -185,22 +250,31 @@ class ParsedAbi:
 def parse_abi(document: Any) -> ParsedAbi:
     """The events of an ABI as compilers and explorers give it: a list of entries, or an object
     whose "abi" (solc, Hardhat and Foundry artifacts) or "result" (Etherscan's API, as a JSON
-    string) is that list. AbiError if it is none of these, or has no event to decode."""
+    string) is that list. AbiError if it is none of these, has no event to decode, or is beyond
+    a bound (`MAX_EVENTS`...): every event's shape is checked against the bounds before eth-abi
+    reads any of its types."""
     entries = _entries(document)
-    events: list[Event] = []
-    anonymous: list[Event] = []
+    found = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise AbiError(f"entry {i} of the ABI is not an object")
-        if entry.get("type") != "event":
-            continue
-        event = _event(entry, i)
-        if entry.get("anonymous") is True:
+        if entry.get("type") == "event":
+            found.append((i, entry))
+    if len(found) > MAX_EVENTS:
+        raise AbiError(f"the ABI has {len(found):,} events; at most {MAX_EVENTS} are allowed (each is a table)")
+    shapes = [_event(entry, i, bounded=True) for i, entry in found]
+    events: list[Event] = []
+    anonymous: list[Event] = []
+    seen: set[str] = set()
+    for event in shapes:
+        _check_types(event)
+        if event.entry.get("anonymous") is True:
             anonymous.append(event)
         elif sum(p.indexed for p in event.params) > 3:
-            raise AbiError(f"{event.describe()} has more than 3 indexed parameters, which no log can hold")
+            raise AbiError(f"{short(event.describe())} has more than 3 indexed parameters, which no log can hold")
         # Explorers' ABIs repeat an event a contract inherits twice; the first is kept.
-        elif all(e.indexed_form != event.indexed_form for e in events):
+        elif event.indexed_form not in seen:
+            seen.add(event.indexed_form)
             events.append(event)
     if not events:
         raise AbiError("the ABI has no event to decode" + (" (anonymous events have no topic0 to find their"
@@ -222,46 +296,107 @@ def _entries(document: Any) -> list[Any]:
     return document
 
 
-def _event(entry: dict[str, Any], position: int) -> Event:
+def _event(entry: dict[str, Any], position: int, *, bounded: bool = False) -> Event:
+    """The event of an ABI entry, its types written out but not checked by eth-abi
+    (`_check_types`); `bounded`: AbiError for a shape beyond the bounds. (The events registered
+    were checked when they were added, and are read again by every decode window.)"""
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise AbiError(f"event entry {position} of the ABI has no name")
+    shown = f"event {short(name)!r}"
     inputs = entry.get("inputs", [])
     if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
-        raise AbiError(f"event {name!r}: \"inputs\" is not a list of objects")
+        raise AbiError(f"{shown}: \"inputs\" is not a list of objects")
+    if bounded and len(inputs) > MAX_PARAMS:
+        raise AbiError(f"{shown} has {len(inputs):,} parameters; at most {MAX_PARAMS} are allowed")
     params = []
+    chars = 0
     for j, item in enumerate(inputs):
         param_name = item.get("name") or ""
         if not isinstance(param_name, str):
-            raise AbiError(f"event {name!r}: parameter {j} has a name that is not a string")
-        params.append(Param(param_name, _canonical_type(item, f"event {name!r} parameter {j}"),
-                            item.get("indexed") is True, item))
+            raise AbiError(f"{shown}: parameter {j} has a name that is not a string")
+        kind, _ = _type_text(item, f"{shown} parameter {j}", 0, bounded)
+        chars += len(kind) + (j > 0)  # and its comma
+        if bounded and chars > MAX_TYPE_CHARS:
+            raise AbiError(f"{shown}: its parameters' types are longer than {MAX_TYPE_CHARS:,} characters")
+        params.append(Param(param_name, kind, item.get("indexed") is True, item))
     signature = f"{name}({','.join(p.type for p in params)})"
     return Event(name, signature, tuple(params), entry)
 
 
-def _canonical_type(item: dict[str, Any], where: str) -> str:
-    """The type as it appears in a signature (tuples written out, `uint` as `uint256`); AbiError
-    for a type eth-abi cannot decode."""
+def _type_text(item: dict[str, Any], where: str, depth: int, bounded: bool) -> tuple[str, int]:
+    """The type as it appears in a signature (tuples written out, `uint` as `uint256`), and, if
+    `bounded`, the 32-byte words of its fixed-size arrays multiplied out (AbiError beyond a
+    bound). Plain string work: eth-abi reads the type later (`_check_types`)."""
     kind = item.get("type")
     if not isinstance(kind, str):
         raise AbiError(f"{where} has no type")
-    if kind.startswith("tuple"):
+    base, sizes = _dimensions(kind, where, bounded)
+    words = 1
+    if base == "tuple":
         components = item.get("components")
         if not isinstance(components, list) or not components or not all(isinstance(c, dict) for c in components):
             raise AbiError(f"{where}: a tuple without components")
-        inner = ",".join(_canonical_type(c, where) for c in components)
-        kind = f"({inner}){kind[len('tuple'):]}"
-    elif re.fullmatch(r"enum [A-Za-z0-9_.]+", kind):  # old compilers' ABIs name enums; they are uint8
-        kind = "uint8"
-    try:
-        canonical = grammar.normalize(kind)
-        grammar.parse(canonical).validate()
-        abi_registry.get_decoder(canonical)
-    except Exception as exc:  # the grammar's ParseError and ABITypeError, the registry's NoEntriesFound...
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise AbiError(f"{where}: not a type eth-abi can decode: {kind!r} ({reason})") from None
-    return canonical
+        if bounded and depth >= MAX_DEPTH:
+            raise AbiError(f"{where}: tuples nested more than {MAX_DEPTH} deep")
+        if bounded and len(components) > MAX_PARAMS:
+            raise AbiError(f"{where}: a tuple of {len(components):,} components; at most {MAX_PARAMS} are allowed")
+        parts = [_type_text(c, where, depth + 1, bounded) for c in components]
+        base = f"({','.join(text for text, _ in parts)})"
+        words = sum(w for _, w in parts)
+    elif base.startswith("("):  # eth-abi reads it, but the decoding needs the members' names
+        raise AbiError(f"{where}: a tuple is of type \"tuple\", its members in \"components\": {short(kind)!r}")
+    elif _ENUM.fullmatch(base):  # old compilers' ABIs name enums; they are uint8
+        base = "uint8"
+    else:
+        base = grammar.normalize(base)
+    if bounded:
+        for size in filter(None, sizes):
+            words *= int(size)
+            if words > MAX_STATIC_WORDS:
+                raise _too_many_words(where, kind)
+    text = base + "".join(f"[{size}]" for size in sizes)
+    if bounded and len(text) > MAX_TYPE_CHARS:
+        raise AbiError(f"{where}: a type longer than {MAX_TYPE_CHARS:,} characters")
+    return text, words
+
+
+_ENUM = re.compile(r"enum [A-Za-z0-9_.]+")
+
+
+def _dimensions(kind: str, where: str, bounded: bool) -> tuple[str, list[str]]:
+    """`kind` as its base and its array sizes, outermost last ('' for a dynamic one): "uint8[2][]"
+    is ("uint8", ["2", ""]). Read from the end, at most one dimension past the bound."""
+    sizes: list[str] = []
+    base = kind
+    while base.endswith("]") and (start := base.rfind("[")) >= 0:
+        if bounded and len(sizes) == MAX_DIMENSIONS:
+            raise AbiError(f"{where}: {short(kind)!r} has more than {MAX_DIMENSIONS} array dimensions")
+        size = base[start + 1:-1]
+        if size and not (size.isascii() and size.isdigit()):
+            raise AbiError(f"{where}: not an array size: {short(size)!r}")
+        if bounded and len(size) > len(str(MAX_STATIC_WORDS)):
+            raise _too_many_words(where, kind)
+        sizes.append(size)
+        base = base[:start]
+    sizes.reverse()
+    return base, sizes
+
+
+def _too_many_words(where: str, kind: str) -> AbiError:
+    return AbiError(f"{where}: {short(kind)!r} has fixed-size arrays of more than {MAX_STATIC_WORDS:,} words in all")
+
+
+def _check_types(event: Event) -> None:
+    """AbiError for a parameter whose type eth-abi cannot decode."""
+    for j, param in enumerate(event.params):
+        try:
+            grammar.parse(param.type).validate()
+            abi_registry.get_decoder(param.type)
+        except Exception as exc:  # the grammar's ParseError and ABITypeError, the registry's NoEntriesFound...
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise AbiError(f"event {short(event.name)!r} parameter {j}: not a type eth-abi can decode:"
+                           f" {short(param.type)!r} ({short(reason)})") from None
 
 
 def parse_address(text: str) -> bytes:
@@ -383,8 +518,10 @@ class _Target:
             data_at += not p.indexed
         self._data_words = data_at
         self._hashed = [p.hashed for p in event.params]
-        # The event's fields of one log as COPY text (the caller puts the key columns first);
-        # _Skip when the log is not this event's encoding.
+        # The event's fields of one log as COPY text (the caller puts the key columns first,
+        # then `tab`, which an event without parameters has none of); _Skip when the log is not
+        # this event's encoding.
+        self.tab = "\t" if event.params else ""
         self.line: Callable[[list[bytes], bytes], str]
         if all(w is not None for p, w in zip(event.params, words) if not p.hashed):
             self._words = [_to_bytea if p.hashed else w for p, w in zip(event.params, words)]
@@ -480,7 +617,9 @@ class Registered:
 
 
 def registered(conn: psycopg.Connection) -> list[Registered]:
-    """Every registered event, its ABI's rows locked against `abi drop` until the transaction ends."""
+    """Every registered event of an ABI not being dropped; a drop that begins after this read
+    waits for the caller's transaction to end before it marks its ABI (`DECODING`)."""
+    conn.execute(DECODING)
     found = []
     for addresses, from_block, table, entry, columns in conn.execute(SELECT_REGISTERED):
         found.append(Registered(table, _event(entry, 0), columns, addresses, from_block))
@@ -534,7 +673,7 @@ def decode_range(conn: psycopg.Connection, first: int, last: int) -> Counter[str
                             skipped[skip.reason] += 1
                             continue
                         lines.setdefault(target, []).append(
-                            f"{block}\t{index}\t\\\\x{tx_hash.hex()}\t\\\\x{address.hex()}\t{fields}")
+                            f"{block}\t{index}\t\\\\x{tx_hash.hex()}\t\\\\x{address.hex()}{target.tab}{fields}")
                 for target, table_lines in lines.items():
                     _copy(conn, target, table_lines)
     return skipped
@@ -570,9 +709,11 @@ def registration(name: str, path: str, *, addresses: Iterable[str] = (), from_bl
         raise AbiError(str(exc)) from None
     try:
         with open(path, "rb") as file:
-            text = file.read()
+            text = file.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise AbiError(f"cannot read the ABI file {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise AbiError(f"the ABI file {path} is larger than {MAX_FILE_BYTES >> 20} MiB")
     try:
         parsed = _read_abi(path, text)
     except RecursionError:
@@ -609,10 +750,15 @@ def add(conn: psycopg.Connection, new: Registration, *, chunk: int) -> Added:
     so far (at or above its first block), in one transaction. AbiError, and nothing written, if
     the name is registered already."""
     events = new.parsed.events
-    same_signature = {e.signature for e in events if sum(x.signature == e.signature for x in events) > 1}
+    signatures = Counter(e.signature for e in events)
+    same_signature = {signature for signature, count in signatures.items() if count > 1}
     with conn.transaction():
         conn.execute(ABI_LOCK)
-        if conn.execute(ABI_EXISTS, {"name": new.name}).fetchone()[0]:
+        state = conn.execute(ABI_DROPPING, {"name": new.name}).fetchone()
+        if state is not None and state[0]:
+            raise AbiError(f"the ABI named {new.name} is being dropped (`indexer abi drop {new.name}` finishes"
+                           " a drop that was interrupted)")
+        if state is not None:
             raise AbiError(f"an ABI named {new.name} is registered already (`indexer abi drop {new.name}` first)")
         taken = {row[0] for row in conn.execute(RELATION_NAMES)}
         try:
@@ -636,7 +782,7 @@ def add(conn: psycopg.Connection, new: Registration, *, chunk: int) -> Added:
 
 def _create_table(conn: psycopg.Connection, table: str, event: Event, columns: list[str]) -> None:
     ident = sql.Identifier(table)
-    conn.execute(CREATE_EVENT_TABLE.format(table=ident, columns=sql.SQL(",\n    ").join(
+    conn.execute(CREATE_EVENT_TABLE.format(table=ident, columns=sql.SQL("").join(
         EVENT_COLUMN.format(name=sql.Identifier(c), type=_SQL_TYPES[column_type(p)])
         for c, p in zip(columns, event.params))))
     conn.execute(COMMENT_ON_TABLE.format(table=ident, text=sql.Literal(f"decoded {event.describe()}")))
@@ -651,37 +797,73 @@ class Listed:
     name: str
     addresses: list[bytes] | None
     from_block: int
-    tables: list[tuple[str, str, int]]  # (signature, table, rows)
+    dropping: bool  # its drop began: its tables left are not counted
+    tables: list[tuple[str, str, int | None]]  # (signature, table, rows)
 
 
 def listing(conn: psycopg.Connection) -> list[Listed]:
+    """The registered ABIs and the rows of their tables, counted one table a statement (a
+    transaction over them all would lock every table until it ended)."""
     abis: dict[str, Listed] = {}
-    with conn.transaction():  # one snapshot: no table dropped between the listing and its counts
-        for name, addresses, from_block, signature, table in conn.execute(SELECT_LISTING).fetchall():
-            rows = conn.execute(COUNT_ROWS.format(table=sql.Identifier(table))).fetchone()[0]
-            abis.setdefault(name, Listed(name, addresses, from_block, [])).tables.append((signature, table, rows))
+    for name, addresses, from_block, dropping, signature, table in conn.execute(SELECT_LISTING).fetchall():
+        listed = abis.setdefault(name, Listed(name, addresses, from_block, dropping, []))
+        if table is not None:
+            listed.tables.append((signature, table, None if dropping else _count(conn, table)))
+    for name, listed in abis.items():
+        if not listed.dropping and any(rows is None for _, _, rows in listed.tables):
+            abis[name] = Listed(name, listed.addresses, listed.from_block, True,
+                                [(signature, table, None) for signature, table, _ in listed.tables])
     return list(abis.values())
 
 
+def _count(conn: psycopg.Connection, table: str) -> int | None:
+    """The table's rows; None if it was dropped since the registry was read (its ABI's drop
+    began)."""
+    try:
+        with conn.transaction():
+            return conn.execute(COUNT_ROWS.format(table=sql.Identifier(table))).fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        return None
+
+
 def drop(conn: psycopg.Connection, name: str) -> list[str]:
-    """Drops an ABI's tables and its registry rows in one transaction; returns the tables."""
+    """Drops an ABI: marks it dropping (from then on no decode window uses it), then drops its
+    tables, `DROP_BATCH` a transaction, with their registry rows, and its own row with the last.
+    Each transaction holds a bounded share of the server's lock table, and `abi add` waits for
+    one at most. A drop interrupted half-way leaves the ABI marked, and finishes when run again.
+    Returns the tables this call dropped; AbiError if no ABI of that name is registered."""
+    try:
+        abi_names.check_abi_name(name)
+    except ValueError as exc:
+        raise AbiError(str(exc)) from None
     with conn.transaction():
         conn.execute(ABI_LOCK)
-        tables = [row[0] for row in conn.execute(SELECT_TABLES, {"name": name})]
-        if conn.execute(DELETE_ABI, {"name": name}).fetchone() is None:
+        if conn.execute(MARK_DROPPING, {"name": name}).fetchone() is None:
             raise AbiError(f"no ABI named {name!r} is registered (see `indexer abi list`)")
-        for table in tables:
-            conn.execute(DROP_TABLE.format(table=sql.Identifier(table)))
-    return tables
+        conn.execute(STOP_DECODING)  # waits for the decode windows that may be using its tables
+    dropped: list[str] = []
+    while True:
+        with conn.transaction():
+            conn.execute(ABI_LOCK)
+            tables = [row[0] for row in conn.execute(DELETE_EVENTS, {"name": name, "limit": DROP_BATCH})]
+            for table in tables:
+                conn.execute(DROP_TABLE.format(table=sql.Identifier(table)))
+            if len(tables) < DROP_BATCH:
+                conn.execute(DELETE_ABI, {"name": name})
+        dropped += tables
+        if len(tables) < DROP_BATCH:
+            return dropped
 
 
 # ---------------------------------------------------------------------------------------------
 # Blocks deleted (`indexer verify --repair`)
 
-# The key share lock, as in SELECT_REGISTERED, keeps `abi drop` from dropping a table before the
-# deletes from it commit.
+# The tables of the ABIs not being dropped, read under DECODING as a decode window reads them: a
+# drop that begins meanwhile waits for the caller's transaction before it marks its ABI, so no
+# table read here is dropped before the deletes from it commit. An ABI being dropped is left
+# out: its tables go whole.
 SELECT_EVENT_TABLES = """
-SELECT e.table_name FROM abis a JOIN abi_events e ON e.abi_name = a.name ORDER BY e.table_name FOR KEY SHARE OF a
+SELECT e.table_name FROM abis a JOIN abi_events e ON e.abi_name = a.name WHERE NOT a.dropping ORDER BY e.table_name
 """
 DELETE_BLOCKS_EVENTS = sql.SQL("DELETE FROM {table} WHERE block_number = ANY(%(numbers)s)")
 
@@ -690,6 +872,7 @@ def delete_blocks_events(conn: psycopg.Connection, numbers: list[int]) -> list[s
     """Deletes the decoded events of the given blocks from every registered event's table, in
     the caller's transaction, which deletes the blocks themselves: a block no longer stored keeps
     no row decoded from its logs. Returns the tables."""
+    conn.execute(DECODING)
     tables = [row[0] for row in conn.execute(SELECT_EVENT_TABLES)]
     for table in tables:
         conn.execute(DELETE_BLOCKS_EVENTS.format(table=sql.Identifier(table)), {"numbers": numbers})

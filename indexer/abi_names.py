@@ -15,6 +15,8 @@ The rules, all deterministic (the same ABI in the same database gets the same na
   suffix `_<position>`;
 - a name longer than 63 bytes keeps its first part and ends with `_` and 8 hex digits of the
   keccak-256 of the whole name, so two long names that share their first 54 bytes stay apart.
+
+The text an ABI's author chose can be of any length: messages show it `short`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,21 @@ _UNDERSCORES = re.compile(r"__+")
 def check_abi_name(name: str) -> str:
     """`name`, if it may name an ABI; ValueError otherwise."""
     if not ABI_NAME.fullmatch(name):
-        raise ValueError(f"not an ABI name: {name!r} (the name must be {ABI_NAME_RULE})")
+        raise ValueError(f"not an ABI name: {short(repr(name))} (the name must be {ABI_NAME_RULE})")
     return name
+
+
+# What a message shows of a name or a type an ABI's author chose, which may be of any length:
+# enough to recognise it, within a terminal's line.
+SHOWN_CHARS = 80
+
+
+def short(text: str) -> str:
+    """`text` as a message shows it: whole up to SHOWN_CHARS characters, else its beginning and
+    how long it is."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS - 1]}… ({len(text):,} characters)"
 
 
 def snake(text: str) -> str:
@@ -80,7 +95,7 @@ def table_names(abi_name: str, events: Sequence[tuple[str, str]], taken: Iterabl
         if base in shared or name in taken:
             name = _suffixed(base, _hash(signature))
         if name in taken or name in names:
-            raise ValueError(f"cannot name a table for event {signature}: {name} is taken")
+            raise ValueError(f"cannot name a table for event {short(signature)}: {name} is taken")
         names.append(name)
     return names
 
@@ -99,7 +114,7 @@ def column_names(parameters: Sequence[str]) -> list[str]:
     if clashes:
         names = [_suffixed(n, f"arg{i}") if n in clashes else n for i, n in enumerate(names)]
     if len(set(names)) < len(names):
-        raise ValueError(f"cannot name distinct columns for parameters {list(parameters)!r}")
+        raise ValueError(f"cannot name distinct columns for parameters {short(repr(list(parameters)))}")
     return names
 
 

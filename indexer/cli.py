@@ -15,6 +15,7 @@ import psycopg
 import pydantic
 
 from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from .abi_names import short
 from .block_range import MAX_END
 from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
 from .logs import configure as configure_logs
@@ -242,7 +243,8 @@ def build_parser() -> Parser:
         help="register an ABI, create its event tables and plan the decoding of the blocks indexed so far",
         description="Register the ABI in FILE (a JSON list of entries, or a compiler's or explorer's artifact with"
         " an \"abi\" list) as NAME: each non-anonymous event gets a table abi_NAME_EVENT, and decode_logs jobs"
-        " are planned for every block indexed so far at or above --from-block, all in one transaction.",
+        " are planned for every block indexed so far at or above --from-block, all in one transaction. An ABI has"
+        f" at most {abi.MAX_EVENTS} events of at most {abi.MAX_PARAMS} parameters each.",
     )
     a.add_argument("name", metavar="NAME", help="a lower-case letter, then up to 30 lower-case letters, digits or _")
     a.add_argument("file", metavar="FILE", help="the ABI, as JSON")
@@ -256,9 +258,10 @@ def build_parser() -> Parser:
                        description="List the registered ABIs: each one's addresses, first block and event tables, "
                        "with the rows decoded into each so far.")
     a = actions.add_parser("drop", parents=[common],
-                           help="drop an ABI's tables and its registration, in one transaction",
-                           description="Drop the event tables of the ABI registered as NAME, and its registration, in "
-                           "one transaction.")
+                           help="stop decoding an ABI, then drop its tables and its registration",
+                           description="Stop decoding the ABI registered as NAME (waiting only for the decode windows"
+                           " in flight), then drop its event tables and its registration, a bounded number of tables"
+                           " per transaction. Run it again to finish a drop that was interrupted.")
     a.add_argument("name", metavar="NAME")
     return parser
 
@@ -357,9 +360,9 @@ def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
         added = abi.add(conn, new, chunk=cfg.chunk)
     print(f"registered ABI {args.name}: {len(added.tables)} event table(s)")
     for event, table in added.tables:
-        print(f"  {event.signature} -> {table}")
+        print(f"  {short(event.signature)} -> {table}")
     for event in added.anonymous:
-        print(f"skipped anonymous {event.describe()}: it has no topic0 to find its logs by")
+        print(f"skipped anonymous {short(event.describe())}: it has no topic0 to find its logs by")
     since = f" from block {args.from_block:,}" if args.from_block else ""
     print(f"planned {added.jobs:,} decode job(s) ({counted(added.blocks, 'block')}) for the blocks indexed so far{since};"
           " blocks indexed later are decoded as they are")
@@ -372,10 +375,14 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
     if not listed:
         print("no ABI is registered")
     for entry in listed:
+        if entry.dropping:
+            print(f"{entry.name}: being dropped, {len(entry.tables)} event table(s) left (`indexer abi drop"
+                  f" {entry.name}` finishes a drop that was interrupted)")
+            continue
         where = ", ".join("0x" + a.hex() for a in entry.addresses) if entry.addresses else "any address"
         print(f"{entry.name}: {where}, from block {entry.from_block:,}, {len(entry.tables)} event table(s)")
         for signature, table, rows in entry.tables:
-            print(f"  {signature} -> {table}: {rows:,} row(s)")
+            print(f"  {short(signature)} -> {table}: {rows:,} row(s)")
     return 0
 
 
@@ -407,6 +414,11 @@ SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", 
 
 
 DEFAULT_DATABASE = "INDEXER_DATABASE_URL is not set, and this is its default"
+
+# PostgreSQL's class 53, "insufficient resources" (out of memory, or of shared memory for its lock
+# table; disk full; too many connections): the server answered, and says what it lacks.
+RESOURCE_ERRORS = (psycopg.errors.InsufficientResources, psycopg.errors.OutOfMemory, psycopg.errors.DiskFull,
+                   psycopg.errors.TooManyConnections, psycopg.errors.ConfigurationLimitExceeded)
 
 
 def _interrupt() -> None:
@@ -446,6 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   " one the indexer's") if default else "run `indexer migrate` first"
         print(f"indexer {args.command}: error: {database} lacks the indexer's tables ({first_line(exc)}): {advice}",
               file=sys.stderr)
+        return EXIT_RUNTIME
+    except RESOURCE_ERRORS as exc:
+        hint = f" ({' '.join(exc.diag.message_hint.split())})" if exc.diag.message_hint else ""
+        print(f"indexer {args.command}: error: the database server is out of resources: {redact(first_line(exc))}"
+              f"{redact(hint)}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.OperationalError as exc:
         print(f"indexer {args.command}: error: lost {database}: {redact(first_line(exc))}", file=sys.stderr)

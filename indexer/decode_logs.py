@@ -6,7 +6,9 @@ so its blocks are stored. Each window of blocks (about `WINDOW_LOGS` stored logs
 transaction: the window's decoded rows are deleted and written again, token transfers
 (`token_transfers.decode_range`) then every registered ABI's events (`abi.decode_range`), and
 `queue.heartbeat` goes last, as in index_blocks.py: it extends the lease, moves the resume cursor
-past the window and checks the token, and a lost claim rolls the window back. Decoding is
+past the window and checks the token, and a lost claim rolls the window back. A window reads
+the registered ABIs under a shared lock (`abi.DECODING`) that `indexer abi drop` waits for, so a
+drop waits for the windows in flight, never for the queue of decode jobs. Decoding is
 idempotent, so a job run again, or run after its blocks were indexed again, writes what a first
 run over the stored logs writes.
 """

@@ -20,7 +20,7 @@ from web3.logs import DISCARD
 from indexer import abi, chain, partitions, planner, queue, store
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil
-from indexer.testing.contracts import compile, deploy
+from indexer.testing.contracts import compile, deploy, mined
 
 from .conftest import run_indexer
 
@@ -74,9 +74,9 @@ contract Everything {
 MAX_UINT256, MIN_INT256 = 2**256 - 1, -(2**255)
 
 
-def emit_all(contract, *args: Any) -> tuple:
+def emit_all(node: Anvil, contract, *args: Any) -> tuple:
     tx = contract.functions.emitAll(args).transact({"from": contract.w3.eth.accounts[0], "gas": 3_000_000})
-    receipt = contract.w3.eth.get_transaction_receipt(tx)
+    receipt = mined(node, tx)
     assert receipt["status"] == 1
     return contract, args, receipt
 
@@ -92,20 +92,20 @@ class Chain:
         self.b = deploy(node, self.abi, bytecode)
         accounts = self.a.w3.eth.accounts
         self.calls = [
-            emit_all(self.a, accounts[1], True, 7, 10**18, -5, b"\x01" * 32, b"\x00\xff", "plain", [1, 2, 3],
+            emit_all(node, self.a, accounts[1], True, 7, 10**18, -5, b"\x01" * 32, b"\x00\xff", "plain", [1, 2, 3],
                      (4, "four")),
-            emit_all(self.a, accounts[2], False, 255, MAX_UINT256, MIN_INT256, b"\xab" * 32, b"", "", [],
+            emit_all(node, self.a, accounts[2], False, 255, MAX_UINT256, MIN_INT256, b"\xab" * 32, b"", "", [],
                      (MAX_UINT256, "tab\there\nnew line\\ back slash é ☃")),
         ]
         self.b_from = node.head() + 1
-        self.calls.append(emit_all(self.b, accounts[3], True, 0, 2**64 - 1, 2**63 - 1, b"\x00" * 32, b"\x01" * 100,
+        self.calls.append(emit_all(node, self.b, accounts[3], True, 0, 2**64 - 1, 2**63 - 1, b"\x00" * 32, b"\x01" * 100,
                                    "a string longer than one word of thirty-two bytes, é", [MAX_UINT256], (0, "x")))
         deposit = self.a.get_event_by_signature("Deposit(uint256)").topic
         hashed = self.a.events.Hashed().topic
         raw = self.a.functions.raw
-        raw([deposit], b"\x01\x02").transact({"from": accounts[0]})  # 2 bytes are no uint256
-        raw([hashed, b"\x00" * 32], b"").transact({"from": accounts[0]})  # 2 topics of 4
-        self.calls.append(emit_all(self.a, accounts[1], True, 1, 1, 1, b"\x02" * 32, b"", "nul \x00 inside", [],
+        mined(node, raw([deposit], b"\x01\x02").transact({"from": accounts[0]}))  # 2 bytes are no uint256
+        mined(node, raw([hashed, b"\x00" * 32], b"").transact({"from": accounts[0]}))  # 2 topics of 4
+        self.calls.append(emit_all(node, self.a, accounts[1], True, 1, 1, 1, b"\x02" * 32, b"", "nul \x00 inside", [],
                                    (1, "fine")))
         self.head = node.head()
         w3 = self.a.w3
@@ -411,3 +411,35 @@ def test_a_name_registered_twice_is_refused(db_url, conn, abi_file):
     assert result.stderr.splitlines() == [
         "indexer abi add: error: an ABI named every is registered already (`indexer abi drop every` first)"]
     assert event_tables(conn) == tables
+
+
+PAUSER = """
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.20;
+
+contract Pauser {
+    event Paused();
+    event Unpaused() anonymous;
+    function pause() external { emit Paused(); emit Unpaused(); }
+}
+"""
+
+
+def test_an_event_without_parameters_has_a_table_of_the_key_columns_alone(db_url, conn, tmp_path):
+    built = compile({"Pauser.sol": PAUSER})
+    path = tmp_path / "Pauser.json"
+    path.write_text(json.dumps(built["Pauser"][0]))
+    with Anvil() as node:
+        pauser = deploy(node, *built["Pauser"])
+        receipts = [mined(node, pauser.functions.pause().transact({"from": pauser.w3.eth.accounts[0]}))
+                    for _ in range(2)]
+        store_chain(conn, node, node.head())
+    added = run_indexer("abi", "add", "pauser", str(path), db_url=db_url)
+    assert added.returncode == 0, added.stderr
+    table = table_of(conn, "pauser", "Paused()")
+    with conn.transaction():
+        assert abi.decode_range(conn, 0, receipts[-1]["blockNumber"]) == {}
+    assert conn.execute(f"SELECT block_number, log_index, transaction_hash, address FROM {table}"
+                        " ORDER BY block_number").fetchall() == [
+        (r["blockNumber"], r["logs"][0]["logIndex"], bytes(r["transactionHash"]), bytes.fromhex(pauser.address[2:]))
+        for r in receipts]

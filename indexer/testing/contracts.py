@@ -3,6 +3,7 @@
 
     built = compile({"Token.sol": SOURCE})          # {name: (abi, bytecode)}
     token = deploy(node, *built["Token"], arg, ...)  # a web3 contract at its new address
+    receipt = mined(node, token.functions.f().transact({"from": sender}))
 
 Compiling OpenZeppelin takes solc-js some seconds, so the output is kept in .cache/solc/build,
 keyed by the sources and the compiler's settings: the same sources compile once per machine.
@@ -17,10 +18,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
+from web3.exceptions import TransactionNotFound
 
 from .anvil import Node
+from .waiting import wait_for
 
 # scripts/install-solc puts solc and @openzeppelin/contracts there; scripts/test says where.
 SOLC_DIR = Path(os.environ.get("INDEXER_TEST_SOLC") or Path(__file__).resolve().parents[2] / ".cache" / "solc")
@@ -81,8 +85,8 @@ def web3_for(node: Node) -> Web3:
 
 
 def deploy(node: Node, abi: list[dict[str, Any]], bytecode: str, *args: Any) -> Contract:
-    """Deploys the contract from the node's first account, mining a block if the node does not
-    mine by itself (--no-mining); returns it, bound to the node, at its address."""
+    """Deploys the contract from the node's first account; returns it, bound to the node, at its
+    address, once a block holds it (`mined`)."""
     w3 = web3_for(node)
     data = w3.eth.contract(abi=abi, bytecode=bytecode).constructor(*args).data_in_transaction
     sender = w3.eth.accounts[0]
@@ -93,9 +97,26 @@ def deploy(node: Node, abi: list[dict[str, Any]], bytecode: str, *args: Any) -> 
     return w3.eth.contract(address=receipt["contractAddress"], abi=abi)
 
 
-def mined(node: Node, tx_hash: Any) -> Any:
-    """The transaction's receipt, after mining a block if it is still pending."""
+def mined(node: Node, tx_hash: Any, timeout: float = 60) -> Any:
+    """The transaction's receipt, once a block holds it: asked for until `timeout`, since a node
+    answers a transaction sent before it has mined it, even before it knows it (anvil under
+    load). A node that does not mine by itself (--no-mining) gets a block mined once the
+    transaction is pending."""
     w3 = web3_for(node)
-    if w3.eth.get_transaction(tx_hash)["blockNumber"] is None:
-        node.rpc("evm_mine")
-    return w3.eth.get_transaction_receipt(tx_hash)
+    mines_by_itself = node.rpc("anvil_getAutomine")
+
+    def receipt() -> Any:
+        try:
+            return w3.eth.get_transaction_receipt(tx_hash)
+        except TransactionNotFound:
+            pass
+        if not mines_by_itself:
+            try:
+                pending = w3.eth.get_transaction(tx_hash)["blockNumber"] is None
+            except TransactionNotFound:
+                return None
+            if pending:
+                node.rpc("evm_mine")
+        return None
+
+    return wait_for(receipt, f"transaction {Web3.to_hex(HexBytes(tx_hash))} to be mined", timeout)
