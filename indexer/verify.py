@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator
 
 import psycopg
 
-from . import queue, store, stored_roots
+from . import chain, queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
@@ -312,7 +312,7 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
     at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction. With
     `repair_with_chunk`, the orphans' runs are then deleted and planned again in one short
     transaction: the comparison's round trips to the node never hold the plan lock."""
-    report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
+    report = NodeReport(head=chain.head(client))
     orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
     report.orphaned = Runs(closed=orphan_runs.append)
     after = start
