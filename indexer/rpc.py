@@ -20,9 +20,10 @@ endpoint in turn. What a node answers, and what happens then:
   limit", "too many requests"): backpressure, never a failed attempt. That endpoint's rate is
   cut at once, down to what it accepts (below a call a second if need be), and raised slowly
   while its answers stay clean (`AdaptiveRate`); `Retry-After` (or Infura's `backoff_seconds`)
-  is honoured before that endpoint is asked again. Only when nothing but rate limits came back
-  for `patience` seconds is it a `RateLimited` error (the endpoint is alive: a worker gives its
-  job back with no attempt spent);
+  is honoured before that endpoint is asked again. Only when nothing but rate limits would have
+  come back for `patience` seconds (the refusals so far and the wait the limiter asks next, or
+  that wait alone) is it a `RateLimited` error (the endpoint is alive: a worker gives its job
+  back with no attempt spent);
 - a timeout of a request with calls that `fallback` can answer in smaller pieces (a huge block's
   eth_getBlockReceipts): those calls are answered through the fallback's calls instead (its
   receipts by transaction, at most a batch at a time), never asked whole again;
@@ -140,8 +141,9 @@ class RpcError(IndexerError):
 
 
 class RateLimited(RpcError):
-    """Every answer for the client's `patience` seconds was a rate limit: the node is alive but
-    takes no more calls now. Not a failure of the calls, nor of the job that made them."""
+    """Rate limits alone would have held the calls back longer than the client's `patience`: the
+    node is alive but takes no more calls now. Not a failure of the calls, nor of the job that
+    made them."""
 
 
 class BadAnswer(ChainDataError, RpcError):
@@ -176,15 +178,19 @@ class AdaptiveRate:
     answers to requests sent before that cut cut nothing more, so one burst of refusals counts
     once. With no limit in force and less than a second of sending to measure, a refusal only
     holds calls back for HOLD seconds: a rate measured from a call or two would be far too low
-    for the batches that follow. Each RAISE_EVERY seconds of clean answers in which the limit
-    held calls back, it grows by a fixed step (STEP_SHARE of the rate the last cut left, at least
-    MIN_STEP), never past `ceiling`. A Retry-After holds every call back until it has passed.
-    Under a limit, a request carries at most one second's worth of calls (`burst`)."""
+    for the batches that follow. For each RAISE_EVERY seconds of clean answers in which the limit
+    held calls back, it grows by STEP_SHARE of itself (at least MIN_STEP), never past `ceiling`:
+    a tenth of a call a second more each second near a provider's limit of 2, and from the floor
+    to 100 in about a minute and a half once a spent quota is renewed. A Retry-After holds every
+    call back until it has passed. Under a limit, a request carries at most one second's worth
+    of calls (`burst`)."""
 
     DECREASE = 0.7
     STEP_SHARE = 0.05
     MIN_STEP = 0.1
     RAISE_EVERY = 1.0
+    # Raises at once at most: at a low rate the clean answers that raise it come seconds apart.
+    MOST_STEPS = 10
     # Never below a call every ten seconds: providers' free tiers allow a few calls a second,
     # and at that rate the batches shrink to fit the lease (`RpcClient.allowed_calls_per_second`).
     # One that allows less, or nothing (a spent quota), keeps refusing: `RateLimited` after the
@@ -204,7 +210,6 @@ class AdaptiveRate:
         self._not_before = 0.0
         self._last_cut = float("-inf")
         self._last_raise = now
-        self._step = self.MIN_STEP
         self._held_back = False  # since the last raise
         self._sent: deque[tuple[float, int]] = deque()  # (time, calls) over the last WINDOW seconds
         self._answered: deque[tuple[float, int]] = deque()  # (time sent, calls) of those answered
@@ -277,24 +282,25 @@ class AdaptiveRate:
             self._tokens = min(self._tokens, 0.0)  # what is left of the burst goes too
             self._stamp = now
             self._last_cut = self._last_raise = now
-            self._step = max(self.MIN_STEP, self.STEP_SHARE * rate)
             self._held_back = False
         if self.on_change:
             self.on_change(rate)
         return True
 
     def clean(self) -> None:
-        """A clean answer: the rate grows by a step if the last one was RAISE_EVERY ago and the
-        limit held calls back since (a limit nobody reaches is not raised)."""
+        """A clean answer: the rate grows, a step for each RAISE_EVERY seconds since the last
+        raise, if that was RAISE_EVERY ago and the limit held calls back since (a limit nobody
+        reaches is not raised)."""
         with self._lock:
             now = time.monotonic()
             if self.rate is None or now - self._last_raise < self.RAISE_EVERY:
                 return
+            steps = min(self.MOST_STEPS, (now - self._last_raise) / self.RAISE_EVERY) if self.RAISE_EVERY else 1
             self._last_raise = now
             if not self._held_back or (self.ceiling is not None and self.rate >= self.ceiling):
                 return
             self._held_back = False
-            rate = self.rate + self._step
+            rate = self.rate + steps * max(self.MIN_STEP, self.STEP_SHARE * self.rate)
             self.rate = rate = min(rate, self.ceiling) if self.ceiling is not None else rate
         if self.on_change:
             self.on_change(rate)
@@ -471,8 +477,9 @@ class RpcClient:
     ) -> None:
         """`rate_limit`: the most calls per second each endpoint is sent (0: no ceiling; the
         rates adapt below it); `max_batch`: calls per HTTP request until an endpoint wants fewer;
-        `patience`: the seconds of nothing but rate limits after which a batch is `RateLimited`
-        (None: no end; 0: at the first, which then holds nothing back: a health check's)."""
+        `patience`: the seconds of nothing but rate limits (refusals, and waits the limiter asks)
+        after which a batch is `RateLimited` (None: no end; 0: at the first refusal, which then
+        holds nothing back: a health check's)."""
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.patience = patience
@@ -515,9 +522,11 @@ class RpcClient:
                 if work.pending and (stuck := work.stuck(self.endpoints)) is not None:
                     raise work.why_not(stuck, self.endpoints)
                 continue  # the next endpoint can
-            if limit is not None and limited_since is not None and self.patience is not None and \
-                    time.monotonic() + endpoint.rate.delay(len(chunk)) >= limited_since + self.patience:
-                raise _impatient(work, limited_since, limit)
+            if self.patience is not None:  # never waits past it, for the limiter's own pace either
+                now = time.monotonic()
+                wait = endpoint.rate.delay(len(chunk))
+                if wait > 0 and now + wait >= (now if limited_since is None else limited_since) + self.patience:
+                    raise self._impatient(work, limited_since, limit, endpoint, wait)
             try:
                 answers, sent_at = self._request(endpoint, chunk)
             except _Refused as exc:
@@ -539,7 +548,7 @@ class RpcClient:
                 if limited_since is None:
                     limited_since = time.monotonic()
                 if self.patience == 0:
-                    raise _impatient(work, limited_since, limit)
+                    raise self._impatient(work, limited_since, limit, endpoint, 0.0)
                 continue
             failures += 1
             if failures >= self.max_attempts:
@@ -602,6 +611,16 @@ class RpcClient:
         if exc.kind in _LIMITS:
             self._limited(endpoint, exc.sent_at, exc.retry_after)
         return _Failed(exc.kind, str(exc), where=endpoint.label)
+
+    def _impatient(self, work: _Work, since: float | None, limit: _Failed | None, endpoint: Endpoint,
+                   wait: float) -> RateLimited:
+        what = _what(work.pending)
+        if since is not None and limit is not None:
+            held = time.monotonic() - since + wait
+            return RateLimited(f"{what}: the rate limit would hold it back {held:.0f} s with no answer, more than the "
+                               f"{self.patience:g} s it may wait; last: {limit.message}", limit.kind)
+        return RateLimited(f"{what}: {endpoint.label} allows {endpoint.rate.rate or 0:.2g} calls/s now, which would "
+                           f"hold it back {wait:.0f} s, more than the {self.patience:g} s it may wait", RATE_LIMITED)
 
     def _limited(self, endpoint: Endpoint, sent_at: float, retry_after: float | None) -> None:
         """A client without patience takes a rate limit for an answer (a health check): it holds
@@ -810,11 +829,6 @@ class RpcClient:
         if all(r is _MISSING for r in results):
             raise _Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
         return results
-
-
-def _impatient(work: _Work, since: float, limit: _Failed) -> RateLimited:
-    return RateLimited(f"{_what(work.pending)}: nothing but rate limits for {time.monotonic() - since:.0f} s; "
-                       f"last: {limit.message}", limit.kind)
 
 
 def _what(slots: list[_Slot]) -> str:

@@ -9,7 +9,7 @@
    the progress counters); then the job claimed ahead or with the completion runs, or the
    worker claims again, or waits for a NOTIFY.
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
-when no retry can help; a node that answered nothing but rate limits for half a lease
+when no retry can help; a node whose rate limit would hold a batch back for half a lease
 (`rpc.RateLimited`) defers the job with no attempt spent: it is alive, only busy. A draining worker (`indexer work --drain`) stops when no job is pending
 or running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
 (`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent (with

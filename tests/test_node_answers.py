@@ -4,6 +4,8 @@ the node longer than the timeout, and no node at all."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from indexer import chain, planner
@@ -11,6 +13,7 @@ from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense, free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node
+from indexer.testing.waiting import wait_for
 
 from .conftest import run_indexer
 
@@ -62,6 +65,25 @@ def test_a_provider_allowing_2_calls_a_second_slows_the_backfill_and_fails_nothi
         ("done", 1, 5)]  # two ranges, their two decode jobs, the partition's index job: each at its first attempt
     assert "given back" not in w.output() and "lost claim" not in w.output(), w.output()
     assert_matches_node(conn, chain_node.url, 0, last)
+
+
+def test_a_job_whose_every_call_is_rate_limited_is_deferred_with_no_attempt_spent(db_url, conn, chain_node, work):
+    """Nothing but 429s: the job goes back before its lease runs out, again and again, and never
+    spends an attempt, however few it has."""
+    with FaultProxy(chain_node.url) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", INDEXER_LEASE_SECONDS="4", INDEXER_MAX_ATTEMPTS="1",
+                 INDEXER_RPC_MAX_ATTEMPTS="2")
+        wait_for(lambda: "started 1 worker" in w.output(), "the pool to start")
+        proxy.rate, proxy.faults = 1.0, ("http429_bare",)
+        planner.plan(conn, 0, 10, 10)
+        wait_for(lambda: w.output().count("; deferred") >= 3, "the job to be deferred three times")
+        assert conn.execute("SELECT status, attempts FROM jobs WHERE kind = 'index_blocks'").fetchall() == [
+            ("pending", 0)]
+        w.kill()
+    out = w.output()
+    assert "given back" not in out and "reaped" not in out and "failed" not in out, out
+    assert re.search(rf"job 1: eth_blockNumber: the rate limit would hold it back \d s with no answer, more than "
+                     rf"the 2 s it may wait; last: {proxy.url}: HTTP 429 rate limited; deferred", out), out
 
 
 def test_receipts_of_a_block_too_slow_to_answer_whole_come_by_transaction(big_block):
