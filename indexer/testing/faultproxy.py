@@ -112,7 +112,14 @@ class FaultProxy(LoopbackServer):
         self.lock = threading.Lock()
         self.served: Counter[str] = Counter()
         self.requests: list[tuple[float, int]] = []  # (monotonic time, calls in the request)
+        self._closing = threading.Event()
         super().__init__(self.handle)
+
+    def close(self) -> None:
+        # An answer held back (a timeout, slow receipts) is dropped: the node behind may be gone
+        # by the time it is due.
+        self._closing.set()
+        super().close()
 
     def _choose(self) -> str:
         with self.lock:
@@ -165,11 +172,12 @@ class FaultProxy(LoopbackServer):
             return self._limit_exceeded(h, items, batch)
         if fault == "html":
             return send(h, 200, b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
-        if fault == "timeout":
-            time.sleep(self.hold_seconds)
+        if fault == "timeout" and self._closing.wait(self.hold_seconds):
+            return
         if self.slow_receipts is not None and self._asks_big_receipts(items):
             self._count("slow_receipts")
-            time.sleep(self.slow_receipts[1])
+            if self._closing.wait(self.slow_receipts[1]):
+                return
         local = {i: answer for i, c in enumerate(items) if (answer := self._own_answer(c)) is not None}
         if local or (self.max_results is not None and batch):
             status, content = self._answer_some(items, batch, local)
