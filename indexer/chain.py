@@ -3,15 +3,23 @@
 Fetching is here; decoding, the rows and their columns are in `rows.py` (one mapper per entity,
 and where every key of a node's JSON goes). `decode` and `Rows` are re-exported here:
 `chain.decode` is the entry point.
+
+The node's single values (its chain id, its head, its finalized block) are parsed by the client
+as they arrive (`quantity`, `RpcClient.call(parse=...)`): a value that is not a hex number is
+asked of the other endpoints, and from none that answers better it is a `rpc.BadAnswer` (a
+ChainDataError) naming the endpoint and what it sent.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import roots
 from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re-exported)
 from .rpc import Fallback, RpcClient
+
+_QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}")
 
 
 def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = False, chain_id: int | None = None,
@@ -31,9 +39,15 @@ def fetch(client: RpcClient, first: int, last: int, *, verify_roots: bool = Fals
                     rows.unproven.append(reason)
         return rows
     except roots.RootMismatch as exc:
-        raise roots.RootMismatch(f"{exc} from {' or '.join(e.label for e in client.endpoints)}") from None
+        raise roots.RootMismatch(f"{exc} from {_endpoints(client)}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ChainDataError(f"blocks {first}..{last}: malformed answer from the node ({type(exc).__name__}: {exc})") from None
+        raise ChainDataError(f"blocks {first}..{last}: malformed answer from {_endpoints(client)} "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def _endpoints(client: RpcClient) -> str:
+    """Which endpoints a batch's answers came from: any of them, as requests go to each in turn."""
+    return " or ".join(e.label for e in client.endpoints)
 
 
 def fetch_json(client: RpcClient, first: int, last: int, *,
@@ -103,19 +117,40 @@ def _receipts_by_transaction(blocks: list[dict[str, Any]]) -> Fallback:
     return Fallback("eth_getBlockReceipts", "eth_getTransactionReceipt", by_transaction)
 
 
-def chain_id(client: RpcClient) -> int:
-    answer = client.call("eth_chainId")
+def quantity(value: Any) -> int:
+    """A JSON-RPC quantity ("0x1b4") as a number; ValueError for anything else: "0xzz", null, a
+    JSON number, "12" (int() alone would take the last, and " 0x1_0 ")."""
+    if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
+        raise ValueError("not a hex number")
+    return int(value, 16)
+
+
+def _block_number(block: Any) -> int | None:
+    """The number of a block answered by eth_getBlockByNumber; None for no block (null)."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ValueError("not a block")
     try:
-        return int(answer, 16)
-    except (TypeError, ValueError):
-        raise ChainDataError(f"eth_chainId answered {str(answer)[:40]!r}, not a hex number") from None
+        return quantity(block.get("number"))
+    except ValueError:
+        raise ValueError("its number is not a hex number") from None
+
+
+def chain_id(client: RpcClient) -> int:
+    return client.call("eth_chainId", parse=quantity)
+
+
+def head(client: RpcClient) -> int:
+    """The number of the node's latest block."""
+    return client.call("eth_blockNumber", parse=quantity)
 
 
 def safe_head(client: RpcClient, *, confirmations: int, use_finalized: bool) -> int:
     """The highest block that may be indexed: the node's finalized block when asked for and
     reported, otherwise the head minus `confirmations` (-1 when nothing is safe yet)."""
     if use_finalized:
-        finalized = client.call("eth_getBlockByNumber", "finalized", False)
-        if isinstance(finalized, dict):
-            return int(finalized["number"], 16)
-    return int(client.call("eth_blockNumber"), 16) - confirmations
+        finalized = client.call("eth_getBlockByNumber", "finalized", False, parse=_block_number)
+        if finalized is not None:
+            return finalized
+    return head(client) - confirmations

@@ -5,11 +5,14 @@ loop alive, and does what it needs answer.
   restart may help. It never asks the database or the node: with either down, restarting every
   pod at once would help nothing, and readiness already says so.
 - /readyz: 200 while the database and at least one node endpoint answered their last checks
-  (`Dependencies`), 503 with what did not answer.
+  (`Dependencies`), 503 with what did not answer. A node endpoint answers when it sends its
+  chain id and head as hex numbers, or says it is rate limited (HTTP 429, -32005): that is
+  an endpoint alive and busy, not one to give up on.
 The 503 bodies name what is wrong and never quote an error (a node's error text may repeat a
 URL's key); the errors themselves go to the log, scrubbed. `indexer work` also exits 1 once one
-of them has not answered for INDEXER_GIVE_UP_SECONDS (`Dependencies.silent`): a pool that cannot
-work says so and stops, rather than wait on forever.
+of them has not answered for INDEXER_GIVE_UP_SECONDS (`Dependencies.silent`), saying what its
+last check met (`Dependencies.last_error`): a pool that cannot work says so and stops, rather
+than wait on forever.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import psycopg
 
 from . import chain
 from .errors import first_line, redact
-from .rpc import RpcClient, RpcError
+from .rpc import RateLimited, RpcClient, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +64,13 @@ class Dependencies:
         self.every = every
         self._answered = dict.fromkeys((DATABASE, NODE), time.monotonic())
         self._failing: set[str] = set()  # whose last check failed
+        self._errors: dict[str, str] = {}  # what the last failed check of each met, scrubbed
         self._stop = threading.Event()
         self._database_url = database_url
         # Each client shows its endpoint's batch size among the workers' (the least of them is
-        # shown): the size they start with, so that the checks never lower it.
-        self._clients = [RpcClient([url], timeout=CHECK_TIMEOUT, max_attempts=1, max_batch=rpc_batch)
+        # shown): the size they start with, so that the checks never lower it. A rate limit
+        # ends a check at once (patience 0), as an answer.
+        self._clients = [RpcClient([url], timeout=CHECK_TIMEOUT, max_attempts=1, max_batch=rpc_batch, patience=0)
                          for url in rpc_urls]
         self._threads = [threading.Thread(target=self._loop, args=(name, check), name=f"health {name}", daemon=True)
                          for name, check in ((DATABASE, self._database), (NODE, self._node))]
@@ -85,6 +90,10 @@ class Dependencies:
         now = time.monotonic()
         return [(name, now - at) for name, at in self._answered.items()]
 
+    def last_error(self, name: str) -> str | None:
+        """What the last check of `name` met, if it failed (scrubbed: it may go to stderr)."""
+        return self._errors.get(name) if name in self._failing else None
+
     def problems(self) -> list[str]:
         """Not ready: the last check of a dependency failed, or it is overdue (a check that hangs)."""
         overdue = 2 * self.every + CHECK_TIMEOUT
@@ -98,8 +107,9 @@ class Dependencies:
                 self._answered[name] = time.monotonic()
                 self._failing.discard(name)
             except Exception as exc:  # whatever went wrong, it did not answer; the thread goes on
+                self._errors[name] = redact(first_line(exc))
                 self._failing.add(name)
-                log.warning("health: no answer from %s: %s", name, redact(first_line(exc)))
+                log.warning("health: no answer from %s: %s", name, self._errors[name])
 
     def _database(self) -> None:
         with psycopg.connect(self._database_url, autocommit=True, connect_timeout=int(CHECK_TIMEOUT),
@@ -108,11 +118,14 @@ class Dependencies:
             conn.execute(PING)
 
     def _node(self) -> None:
-        """Returns once one endpoint answers eth_chainId; raises the last error if none does."""
+        """Returns once one endpoint answers its chain id and head, or that it is rate limited;
+        raises the last error if none does."""
         error: Exception | None = None
         for client in self._clients:
             try:
-                chain.chain_id(client)
+                client.batch([("eth_chainId", ()), ("eth_blockNumber", ())], parse=chain.quantity)
+                return
+            except RateLimited:
                 return
             except (RpcError, chain.ChainDataError) as exc:
                 error = exc

@@ -31,7 +31,7 @@ from .chain import ChainDataError, Rows
 from .claims import LOST, Ended, LostClaim, Stopping, Unrunnable
 from .prefetch import Batches
 from .queue import Claim
-from .rpc import RpcClient, RpcError
+from .rpc import ERROR, UNSUPPORTED, RpcClient, RpcError
 from .states import Outcome
 
 if TYPE_CHECKING:
@@ -61,8 +61,11 @@ class SafeHead:
             return self.known
         try:
             safe = chain.safe_head(self.client, confirmations=self.confirmations, use_finalized=self.use_finalized)
-        except RpcError:
-            if not self.use_finalized:
+        except RpcError as exc:
+            # Only a node that answers the question with an error ("finalized block not found"
+            # before the merge, an unknown tag) cannot report one; a node that is down, rate
+            # limited or talking nonsense is no reason to stop using it for good.
+            if not self.use_finalized or exc.kind not in (ERROR, UNSUPPORTED):
                 raise
             log.warning("the node cannot report a finalized block; using head - %d", self.confirmations)
             self.use_finalized = False

@@ -3,14 +3,17 @@
 The pool process itself indexes nothing. It
 - refuses to start on a database without the schema, an endpoint that is unreachable or serves
   another chain than the one the database holds;
-- starts `workers` processes and restarts any that dies (a crash, an OOM kill, kill -9);
+- starts `workers` processes and restarts any that dies (a crash, an OOM kill, kill -9): at
+  once after a life of STABLE_SECONDS or more, otherwise after a backoff that doubles with each
+  such short life in a row, from RESTART_DELAY up to MAX_RESTART_DELAY (`Restarts`);
 - runs the reaper every `reap_seconds` in a thread, so expired leases come back without a
   separate service (any number of pools may do so at once: the reaper uses SKIP LOCKED), and a
   database that stops answering cannot hold up the pool's own loop;
 - forwards SIGTERM/SIGINT: each worker gives its job back, and the pool exits 0;
 - serves /metrics for all its processes, /livez (its loop runs) and /readyz (the database and a
   node endpoint answer: `health.py`), and computes the database-wide gauges;
-- exits 1 once the database, or every node endpoint, has not answered for `give_up_seconds`;
+- exits 1 once the database, or every node endpoint, has not answered for `give_up_seconds`,
+  saying what the last check met; or once every worker has kept dying young for as long;
 - with `drain`, waits for every worker to find the queue empty, then exits 1 if any job failed;
   or, once the only jobs left start beyond the safe head (each worker finds so before it exits:
   nothing running, nothing pending below it), exits `worker.EXIT_WAITING_FOR_CHAIN` (3),
@@ -42,6 +45,61 @@ PROGRESS_EVERY_LOG = 60.0
 # The pool's loop runs five times a second and waits on nothing else (the reaper and the health
 # checks have threads of their own): idle this long, it is stuck, and /livez says so.
 LIVE_WITHIN_SECONDS = 30.0
+
+# A worker that dies younger than this died of something that may well kill its replacement too
+# (a node answering nonsense, a schema gone): replacements wait RESTART_DELAY, then twice as long
+# after each such death in a row, up to MAX_RESTART_DELAY, rather than some ten times a second.
+STABLE_SECONDS = 60.0
+RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 30.0
+
+
+class Restarts:
+    """When each worker slot's replacement is due, and since when every slot has been dying
+    young: a slot's run of short lives ends once a worker of it lives STABLE_SECONDS."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, float] = {}
+        self.short_lives: dict[int, int] = {}  # in a row, by slot
+        self.dying_since: dict[int, float] = {}  # the first death of the run, by slot
+        self.due: dict[int, float] = {}  # replacements to start, by slot
+        self.last_code: int | None = None
+
+    def started_now(self, slot: int, now: float) -> None:
+        self.started[slot] = now
+        self.due.pop(slot, None)
+
+    def alive(self, slot: int, now: float) -> None:
+        """A worker of `slot` is running: once it has lived STABLE_SECONDS, its slot is healthy."""
+        if now - self.started.get(slot, now) >= STABLE_SECONDS:
+            self._healthy(slot)
+
+    def died(self, slot: int, code: int | None, now: float) -> float:
+        """A worker of `slot` died; returns the seconds its replacement waits."""
+        self.last_code = code
+        if now - self.started.get(slot, now) >= STABLE_SECONDS:
+            self._healthy(slot)
+            delay = 0.0
+        else:
+            self.short_lives[slot] = self.short_lives.get(slot, 0) + 1
+            self.dying_since.setdefault(slot, now)
+            delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** (self.short_lives[slot] - 1))
+        self.due[slot] = now + delay
+        return delay
+
+    def all_dying_for(self, slots: set[int], now: float) -> float | None:
+        """Seconds since every one of `slots` has been dying young (None: one is not)."""
+        if not slots or not slots <= self.dying_since.keys():
+            return None
+        return now - max(self.dying_since[s] for s in slots)
+
+    def deaths(self, slots: set[int]) -> int:
+        """The short lives in a row of `slots`, together."""
+        return sum(self.short_lives.get(s, 0) for s in slots)
+
+    def _healthy(self, slot: int) -> None:
+        self.short_lives.pop(slot, None)
+        self.dying_since.pop(slot, None)
 
 
 def stop_seconds(cfg: Settings) -> float:
@@ -113,6 +171,7 @@ class Pool:
         self.ctx.set_forkserver_preload(["indexer.worker"])
         self.counters = Counters(self.ctx)
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.restarts = Restarts()
         self.finished: set[int] = set()
         self.waiting_for_chain = False  # a draining worker stopped at the safe head
         self.stopping = False
@@ -127,6 +186,7 @@ class Pool:
         p = multiprocessing.get_context("fork").Process(target=self._forked_worker, name=f"worker-{slot}")
         p.start()
         self.procs[slot] = p
+        self.restarts.started_now(slot, time.monotonic())
 
     def _forked_worker(self) -> None:
         if self.metrics_server is not None:
@@ -144,6 +204,7 @@ class Pool:
         )
         p.start()
         self.procs[slot] = p
+        self.restarts.started_now(slot, time.monotonic())
 
     def _request_stop(self) -> None:
         self.stopping = True
@@ -211,27 +272,49 @@ class Pool:
         return 0
 
     def _supervise(self) -> None:
+        now = time.monotonic()
         for slot, p in list(self.procs.items()):
-            if p.is_alive() or slot in self.finished:
+            if p.is_alive():
+                self.restarts.alive(slot, now)
+                continue
+            if slot in self.finished:
+                continue
+            if slot in self.restarts.due:  # dead, its replacement waiting
+                if now >= self.restarts.due[slot] and not self.stopping:
+                    self._start(slot)
                 continue
             metrics.mark_process_dead(p.pid)
             if self.drain and p.exitcode in (0, worker.EXIT_WAITING_FOR_CHAIN):
                 self.finished.add(slot)  # found the queue empty, or only jobs beyond the safe head
                 self.waiting_for_chain |= p.exitcode == worker.EXIT_WAITING_FOR_CHAIN
             elif not self.stopping:
-                log.warning("worker %s exited with code %s; starting another", p.name, p.exitcode)
-                self._start(slot)
+                delay = self.restarts.died(slot, p.exitcode, now)
+                log.warning("worker %s exited with code %s; starting another%s", p.name, p.exitcode,
+                            f" in {delay:g} s" if delay else "")
+                if not delay:
+                    self._start(slot)
 
     def _ready(self) -> list[str]:
         return ["stopping"] if self.stopping else self.dependencies.problems()
 
     def _give_up(self) -> bool:
-        """True, with why, once the database or every node endpoint has been silent too long."""
+        """True, with why, once the database or every node endpoint has been silent too long, or
+        every worker has kept dying young as long."""
+        limit = f"INDEXER_GIVE_UP_SECONDS is {self.cfg.give_up_seconds:g}"
         for name, seconds in self.dependencies.silent():
             if seconds > self.cfg.give_up_seconds:
-                self.gave_up = f"no answer from {name} for {seconds:.0f} s (INDEXER_GIVE_UP_SECONDS is {self.cfg.give_up_seconds:g})"
-                log.error("%s; stopping the workers", self.gave_up)
-                return True
+                last = self.dependencies.last_error(name)
+                self.gave_up = f"no answer from {name} for {seconds:.0f} s" + (f": {last}" if last else "") + f" ({limit})"
+                break
+        slots = self.procs.keys() - self.finished
+        dying = self.restarts.all_dying_for(slots, time.monotonic())
+        if self.gave_up is None and dying is not None and dying > self.cfg.give_up_seconds:
+            self.gave_up = (f"every worker keeps dying within {STABLE_SECONDS:g} s of its start "
+                            f"({self.restarts.deaths(slots)} deaths, the last with exit code {self.restarts.last_code};"
+                            f" the log above says why) ({limit})")
+        if self.gave_up is not None:
+            log.error("%s; stopping the workers", self.gave_up)
+            return True
         return False
 
     def _reap_every(self, stop: threading.Event) -> None:

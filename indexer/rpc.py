@@ -4,18 +4,29 @@ When the project was designed, web3.py's `batch_requests()` reached 2,949 blocks
 node where plain HTTP batches parsed with orjson reached 22,053, so the fetch path speaks
 JSON-RPC itself: one `requests` session per thread and endpoint, orjson both ways.
 
-`RpcClient.batch(calls)` sends the calls in HTTP requests of at most that endpoint's batch size;
-each request goes to the next endpoint in turn. What a node answers, and what happens then:
-- a result: kept, whatever became of the other calls of the same request;
+`RpcClient.batch(calls)` sends the calls in HTTP requests of at most that endpoint's batch size
+(and, under a rate limit, of at most one second's worth of calls); each request goes to the next
+endpoint in turn. What a node answers, and what happens then:
+- a result: kept, whatever became of the other calls of the same request; with `parse`, only
+  once it parses: a value that does not (a head of "0xzz", null) is asked of the other endpoints
+  at once, and from none that parses it is a `BadAnswer` naming the endpoint and the value;
 - a connection error, a timeout, HTTP 5xx, a body that is not JSON (truncated, HTML), an answer
   lacking some ids, any other error: the calls still unanswered are asked again, on the next
   endpoint, after a jittered exponential backoff; `max_attempts` requests in a row that bring no
-  answer at all make an `RpcError`;
+  answer at all make an `RpcError` naming the calls, the endpoint and, when it helps, what to
+  check ("is a node running at ...?");
 - rate limited (HTTP 429, or a JSON-RPC error saying so: Alchemy's 429 "...exceeded its compute
   units per second capacity", Infura's -32005 "project ID request rate exceeded", -32029, "rate
-  limit", "too many requests"): that endpoint's rate is cut at once, and raised slowly while its
-  answers stay clean (`AdaptiveRate`); `Retry-After` (or Infura's `backoff_seconds`) is honoured
-  before that endpoint is asked again;
+  limit", "too many requests"): backpressure, never a failed attempt. That endpoint's rate is
+  cut at once, down to what it accepts (below a call a second if need be), and raised slowly
+  while its answers stay clean (`AdaptiveRate`); `Retry-After` (or Infura's `backoff_seconds`)
+  is honoured before that endpoint is asked again. Only when nothing but rate limits would have
+  come back for `patience` seconds (the refusals so far and the wait the limiter asks next, or
+  that wait alone) is it a `RateLimited` error (the endpoint is alive: a worker gives its job
+  back with no attempt spent);
+- a timeout of a request with calls that `fallback` can answer in smaller pieces (a huge block's
+  eth_getBlockReceipts): those calls are answered through the fallback's calls instead (its
+  receipts by transaction, at most a batch at a time), never asked whole again;
 - too large (HTTP 413, a batch refused as a whole, or go-ethereum's -32003 "response too large"
   on the calls past its `BatchResponseMaxSize`): the answered calls are kept and the others
   asked again in smaller requests; that endpoint's batch size stays at the smaller size;
@@ -35,6 +46,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -46,6 +58,7 @@ import requests
 
 from . import metrics
 from .errors import IndexerError, Secrets
+from .rows import ChainDataError
 from .urls import endpoint_label
 
 log = logging.getLogger(__name__)
@@ -118,7 +131,28 @@ def classify(code: Any, message: str) -> str:
 
 
 class RpcError(IndexerError):
-    """The node could not give an answer, even after retries, or the call can never succeed."""
+    """The node could not give an answer, even after retries, or the call can never succeed.
+    `kind`: what the last attempt met (a metric label of indexer_rpc_errors: "connection",
+    "timeout", "rpc_error", ...), None when no attempt was made."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class RateLimited(RpcError):
+    """Rate limits alone would have held the calls back longer than the client's `patience`: the
+    node is alive but takes no more calls now. Not a failure of the calls, nor of the job that
+    made them."""
+
+
+class BadAnswer(ChainDataError, RpcError):
+    """An endpoint answered a call with a value that is not what the call returns (a head of
+    "0xzz", null or a JSON number), and no other endpoint answered it with one that is."""
+
+
+# What a rate limit is called, as a request's or a call's failure.
+_LIMITS = (RATE_LIMITED, "http_429")
 
 
 @dataclass(frozen=True)
@@ -139,23 +173,29 @@ class AdaptiveRate:
     know that limit.
 
     It starts at `ceiling`, or with no limit at all when there is none. A rate-limited answer
-    cuts it at once to DECREASE times what was being sent (the rate in force, or the rate
-    measured over the last WINDOW seconds if lower); answers to requests sent before that cut
-    cut nothing more, so one burst of refusals counts once. With no limit in force and less than
-    a second of sending to measure, a refusal only holds calls back for HOLD seconds: a rate
-    measured from a call or two would be far too low for the batches that follow. Each
-    RAISE_EVERY seconds of clean answers in which the limit held calls back, it grows by a fixed
-    step (STEP_SHARE of the rate the last cut left, at least MIN_STEP), never past `ceiling`. A
-    Retry-After holds every call back until it has passed."""
+    cuts it at once to DECREASE times what the endpoint took: the rate in force, or, if lower,
+    the calls it answered over the last WINDOW seconds (those sent, when it answered none);
+    answers to requests sent before that cut cut nothing more, so one burst of refusals counts
+    once. With no limit in force and less than a second of sending to measure, a refusal only
+    holds calls back for HOLD seconds: a rate measured from a call or two would be far too low
+    for the batches that follow. For each RAISE_EVERY seconds of clean answers in which the limit
+    held calls back, it grows by STEP_SHARE of itself (at least MIN_STEP), never past `ceiling`:
+    a tenth of a call a second more each second near a provider's limit of 2, and from the floor
+    to 100 in about a minute and a half once a spent quota is renewed. A Retry-After holds every
+    call back until it has passed. Under a limit, a request carries at most one second's worth
+    of calls (`burst`)."""
 
     DECREASE = 0.7
     STEP_SHARE = 0.05
-    MIN_STEP = 5.0
+    MIN_STEP = 0.1
     RAISE_EVERY = 1.0
-    # Never below this: a worker's batches are ~100 calls and a few are in flight, so a lower
-    # rate would make one batch wait minutes, past its job's lease. A provider that allows
-    # less keeps answering 429s, which the retries' backoff and Retry-After then space out.
-    FLOOR = 10.0
+    # Raises at once at most: at a low rate the clean answers that raise it come seconds apart.
+    MOST_STEPS = 10
+    # Never below a call every ten seconds: providers' free tiers allow a few calls a second,
+    # and at that rate the batches shrink to fit the lease (`RpcClient.allowed_calls_per_second`).
+    # One that allows less, or nothing (a spent quota), keeps refusing: `RateLimited` after the
+    # client's patience.
+    FLOOR = 0.1
     WINDOW = 5.0
     HOLD = 1.0
 
@@ -170,9 +210,9 @@ class AdaptiveRate:
         self._not_before = 0.0
         self._last_cut = float("-inf")
         self._last_raise = now
-        self._step = self.MIN_STEP
         self._held_back = False  # since the last raise
         self._sent: deque[tuple[float, int]] = deque()  # (time, calls) over the last WINDOW seconds
+        self._answered: deque[tuple[float, int]] = deque()  # (time sent, calls) of those answered
 
     def acquire(self, calls: int) -> tuple[float, float]:
         """Waits until `calls` calls may be sent; returns the seconds waited and the time
@@ -188,9 +228,34 @@ class AdaptiveRate:
                     self._held_back = True
                     wait = max(wait, -self._tokens / self.rate)
             self._sent.append((now + wait, calls))
+            self._forget(now)
         if wait > 0:
             time.sleep(wait)
         return wait, now + wait
+
+    def delay(self, calls: int) -> float:
+        """The seconds `acquire(calls)` would wait now."""
+        with self._lock:
+            now = time.monotonic()
+            wait = max(0.0, self._not_before - now)
+            if self.rate is not None:
+                tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate) - calls
+                if tokens < 0:
+                    wait = max(wait, -tokens / self.rate)
+            return wait
+
+    def burst(self, most: int) -> int:
+        """The calls one request may carry: `most`, or under a limit one second's worth (at least
+        one): a provider counting calls per second refuses a bigger request however long it was
+        held back for."""
+        rate = self.rate
+        return most if rate is None else max(1, min(most, int(rate)))
+
+    def answered(self, sent_at: float, calls: int) -> None:
+        """`calls` calls sent at `sent_at` were answered (not refused)."""
+        with self._lock:
+            self._answered.append((sent_at, calls))
+            self._forget(time.monotonic())
 
     def limited(self, sent_at: float, retry_after: float | None = None) -> bool:
         """A rate-limited answer to calls sent at `sent_at`; returns whether it cut the rate."""
@@ -217,36 +282,44 @@ class AdaptiveRate:
             self._tokens = min(self._tokens, 0.0)  # what is left of the burst goes too
             self._stamp = now
             self._last_cut = self._last_raise = now
-            self._step = max(self.MIN_STEP, self.STEP_SHARE * rate)
             self._held_back = False
         if self.on_change:
             self.on_change(rate)
         return True
 
     def clean(self) -> None:
-        """A clean answer: the rate grows by a step if the last one was RAISE_EVERY ago and the
-        limit held calls back since (a limit nobody reaches is not raised)."""
+        """A clean answer: the rate grows, a step for each RAISE_EVERY seconds since the last
+        raise, if that was RAISE_EVERY ago and the limit held calls back since (a limit nobody
+        reaches is not raised)."""
         with self._lock:
             now = time.monotonic()
             if self.rate is None or now - self._last_raise < self.RAISE_EVERY:
                 return
+            steps = min(self.MOST_STEPS, (now - self._last_raise) / self.RAISE_EVERY) if self.RAISE_EVERY else 1
             self._last_raise = now
             if not self._held_back or (self.ceiling is not None and self.rate >= self.ceiling):
                 return
             self._held_back = False
-            rate = self.rate + self._step
+            rate = self.rate + steps * max(self.MIN_STEP, self.STEP_SHARE * self.rate)
             self.rate = rate = min(rate, self.ceiling) if self.ceiling is not None else rate
         if self.on_change:
             self.on_change(rate)
 
     def _measured(self, now: float) -> float | None:
-        """Calls per second sent over the last WINDOW seconds; None with less than a second of
-        sending to measure."""
-        while self._sent and self._sent[0][0] < now - self.WINDOW:
-            self._sent.popleft()
+        """Calls per second the endpoint answered over the last WINDOW seconds, or, when it
+        answered none, that it was sent; None with less than a second of sending to measure."""
+        self._forget(now)
         if not self._sent or now - self._sent[0][0] < 1.0:
             return None
-        return sum(n for _, n in self._sent) / (now - self._sent[0][0])
+        calls = sum(n for _, n in self._answered) or sum(n for _, n in self._sent)
+        return calls / (now - self._sent[0][0])
+
+    def _forget(self, now: float) -> None:
+        """Drops what was sent and answered before the last WINDOW seconds (on every request: a
+        worker that is never refused must not keep a record of each request it ever sent)."""
+        for sent in (self._sent, self._answered):
+            while sent and sent[0][0] < now - self.WINDOW:
+                sent.popleft()
 
 
 @dataclass(eq=False)
@@ -276,6 +349,8 @@ class _Slot:
     part: int | None = None
     excluded: set[int] = field(default_factory=set)  # ids of the endpoints that cannot answer it
     why: str = ""  # why the last of them cannot
+    bad_answer: bool = False  # the last of them answered a value that does not parse
+    too_slow: bool = False  # timed out whole: answered through the fallback's calls instead
 
 
 class _Refused(Exception):
@@ -290,11 +365,12 @@ class _Refused(Exception):
 
 @dataclass
 class _Failed:
-    """A call answered with an error, or, for the whole request, what went wrong."""
+    """A call answered with an error, or, for the whole request, what went wrong (and where)."""
 
     kind: str
     message: str
     retry_after: float | None = None
+    where: str = ""
 
 
 _MISSING = object()
@@ -303,8 +379,10 @@ _MISSING = object()
 class _Work:
     """The calls of one `RpcClient.batch` still unanswered, and the results so far."""
 
-    def __init__(self, calls: Sequence[Call], fallback: Fallback | None) -> None:
+    def __init__(self, calls: Sequence[Call], fallback: Fallback | None,
+                 parse: Callable[[Any], Any] | None = None) -> None:
         self.fallback = fallback
+        self.parse = parse
         self.results: list[Any] = [_MISSING] * len(calls)
         self.parts: dict[int, list[Any]] = {}  # owner -> results of its fallback's calls
         self.pending = [_Slot(call, i) for i, call in enumerate(calls)]
@@ -320,15 +398,17 @@ class _Work:
         return self.fallback is not None and slot.call[0] == self.fallback.method and slot.part is None
 
     def draw(self, endpoint: Endpoint) -> list[_Slot]:
-        """The calls to send `endpoint` next, at most its batch size; a call of a method it lacks
-        is replaced, in `pending`, by its fallback's calls."""
+        """The calls to send `endpoint` next, at most its batch size (`AdaptiveRate.burst`); a call
+        of a method it lacks, or one too slow to answer whole, is replaced, in `pending`, by its
+        fallback's calls."""
         chunk: list[_Slot] = []
+        size = endpoint.rate.burst(endpoint.max_batch)
         i = 0
-        while i < len(self.pending) and len(chunk) < endpoint.max_batch:
+        while i < len(self.pending) and len(chunk) < size:
             slot = self.pending[i]
             if not self.takes(endpoint, slot):
                 i += 1
-            elif slot.call[0] in endpoint.unsupported:
+            elif slot.call[0] in endpoint.unsupported or slot.too_slow:
                 assert self.fallback is not None
                 calls = self.fallback.expand(slot.call)
                 metrics.counted.rpc_fallback_calls.labels(endpoint.label, slot.call[0]).inc()
@@ -354,14 +434,33 @@ class _Work:
         done = {id(s) for s in slots}
         self.pending = [s for s in self.pending if id(s) not in done]
 
-    def why_not(self, endpoints: list[Endpoint]) -> str:
-        """Why the first pending call cannot be answered by any endpoint."""
-        slot = self.pending[0]
+    def too_slow(self, chunk: list[_Slot]) -> list[_Slot]:
+        """Marks the calls of `chunk` that the fallback can answer in smaller pieces, to be asked
+        through it from now on; returns them."""
+        slow = [s for s in chunk if self._falls_back(s) and not s.too_slow]
+        for slot in slow:
+            slot.too_slow = True
+        return slow
+
+    def stuck(self, endpoints: list[Endpoint]) -> _Slot | None:
+        """A pending call that no endpoint may be asked any more, if there is one."""
+        return next((s for s in self.pending if not any(self.takes(e, s) for e in endpoints)), None)
+
+    @staticmethod
+    def why_not(slot: _Slot, endpoints: list[Endpoint]) -> RpcError:
+        """The error for a call that no endpoint can answer."""
         method, params = slot.call
+        if slot.bad_answer:
+            return BadAnswer(slot.why)
         if all(method in e.unsupported for e in endpoints):
-            return f"{method} is not supported by the node ({slot.why or 'method not found'})"
+            return RpcError(f"{method} is not supported by the node ({slot.why or 'method not found'})", UNSUPPORTED)
         shown = ", ".join(str(p)[:70] for p in params)
-        return f"{method}({shown}): no endpoint can answer it; last: {slot.why}"
+        return RpcError(f"{method}({shown}): no endpoint can answer it; last: {slot.why}")
+
+
+# A batch that met nothing but rate limits for this long is `RateLimited`: a quota spent for the
+# day would otherwise hold a command without a word. A worker's client waits less, half its lease.
+DEFAULT_PATIENCE = 300.0
 
 
 class RpcClient:
@@ -374,11 +473,16 @@ class RpcClient:
         max_batch: int = 100,
         rate_limit: float = 0.0,
         backoff_max: float = 10.0,
+        patience: float | None = DEFAULT_PATIENCE,
     ) -> None:
         """`rate_limit`: the most calls per second each endpoint is sent (0: no ceiling; the
-        rates adapt below it); `max_batch`: calls per HTTP request until an endpoint wants fewer."""
+        rates adapt below it); `max_batch`: calls per HTTP request until an endpoint wants fewer;
+        `patience`: the seconds of nothing but rate limits (refusals, and waits the limiter asks)
+        after which a batch is `RateLimited` (None: no end; 0: at the first refusal, which then
+        holds nothing back: a health check's)."""
         self.timeout = timeout
         self.max_attempts = max_attempts
+        self.patience = patience
         self.max_batch = max_batch
         self.backoff_max = backoff_max
         # Gateways echo the request's path and query, where API keys live, in their error texts.
@@ -396,44 +500,76 @@ class RpcClient:
 
     # -- public -------------------------------------------------------------------------------
 
-    def call(self, method: str, *params: Any) -> Any:
-        return self.batch([(method, params)])[0]
+    def call(self, method: str, *params: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        """The result of one call; with `parse`, parsed (see `batch`)."""
+        return self.batch([(method, params)], parse=parse)[0]
 
-    def batch(self, calls: Sequence[Call], *, fallback: Fallback | None = None) -> list[Any]:
+    def batch(self, calls: Sequence[Call], *, fallback: Fallback | None = None,
+              parse: Callable[[Any], Any] | None = None) -> list[Any]:
         """Results in the order of `calls`. With `fallback`, calls of `fallback.method` that an
-        endpoint lacks are answered through the fallback's calls instead."""
-        work = _Work(calls, fallback)
-        failures = 0  # requests in a row that brought no answer
+        endpoint lacks, or that time out whole, are answered through the fallback's calls
+        instead. With `parse`, each result is what `parse` makes of it; a value it refuses
+        (TypeError, ValueError, KeyError: its text says why) is asked of another endpoint, and
+        from none that answers better it is a `BadAnswer`."""
+        work = _Work(calls, fallback, parse)
+        failures = 0  # requests in a row that brought no answer (rate limits aside)
+        limited_since: float | None = None  # since when nothing but rate limits came back
+        limit: _Failed | None = None  # the last of them
         while work.pending:
             endpoint = self._pick()
             chunk = work.draw(endpoint)
             if not chunk:  # (or every call left went to a fallback of no calls)
-                if work.pending and not any(work.takes(e, s) for s in work.pending for e in self.endpoints):
-                    raise RpcError(work.why_not(self.endpoints))
+                if work.pending and (stuck := work.stuck(self.endpoints)) is not None:
+                    raise work.why_not(stuck, self.endpoints)
                 continue  # the next endpoint can
+            if self.patience is not None:  # never waits past it, for the limiter's own pace either
+                now = time.monotonic()
+                wait = endpoint.rate.delay(len(chunk))
+                if wait > 0 and now + wait >= (now if limited_since is None else limited_since) + self.patience:
+                    raise self._impatient(work, limited_since, limit, endpoint, wait)
             try:
                 answers, sent_at = self._request(endpoint, chunk)
             except _Refused as exc:
                 metrics.counted.rpc_errors.labels(endpoint.label, exc.kind).inc()
+                if exc.kind == "timeout" and (slow := work.too_slow(chunk)):
+                    self._asking_in_pieces(endpoint, slow, work.fallback)
+                    continue  # not the same request again: the fallback's, at once
                 answered, error = 0, self._refused(endpoint, chunk, exc)
             else:
                 answered, error = self._absorb(endpoint, work, chunk, answers, sent_at)
             if answered:
-                failures = 0
+                failures, limited_since, limit = 0, None, None
             if error is None or answered:
                 continue  # what is left is asked at once
+            metrics.counted.rpc_retries.labels(endpoint.label).inc()
+            if error.kind in _LIMITS:  # backpressure: the rate limiter does the waiting
+                log.debug("%s; held back by the rate limit", error.message)
+                limit = error
+                if limited_since is None:
+                    limited_since = time.monotonic()
+                if self.patience == 0:
+                    raise self._impatient(work, limited_since, limit, endpoint, 0.0)
+                continue
             failures += 1
             if failures >= self.max_attempts:
-                raise RpcError(f"{len(work.pending)} call(s) failed after {failures} attempts; last: {error.message}")
-            metrics.counted.rpc_retries.labels(endpoint.label).inc()
-            log.info("rpc attempt %d failed (%s); retrying", failures, error.message)
-            if error.kind not in (RATE_LIMITED, "http_429"):  # the rate limiter does the waiting for those
-                self._backoff(failures)
+                attempts = f"{failures} attempt{'s' if failures > 1 else ''}"
+                raise RpcError(f"{_what(work.pending)} failed after {attempts}; last: {error.message}{_hint(error)}",
+                               error.kind)
+            log.debug("rpc attempt %d failed (%s); retrying", failures, error.message)
+            self._backoff(failures)
         return work.results
 
     def rates(self) -> dict[str, float | None]:
         """The calls per second each endpoint is allowed now (None: no limit in force)."""
         return {e.label: e.rate.rate for e in self.endpoints}
+
+    def allowed_calls_per_second(self) -> float | None:
+        """The calls per second this client may send in all, now: None while no endpoint has a
+        limit in force; otherwise the lowest endpoint's rate times the number of endpoints
+        (requests go to each in turn, so the slowest paces them all: a lower bound when the
+        others allow more)."""
+        limited = [rate for rate in (e.rate.rate for e in self.endpoints) if rate is not None]
+        return len(self.endpoints) * min(limited) if limited else None
 
     def lacking(self) -> dict[str, list[str]]:
         """The methods each endpoint is known to lack."""
@@ -472,9 +608,30 @@ class RpcClient:
         if exc.kind == TOO_LARGE:
             self._too_large(endpoint, chunk, answered=0, why=str(exc))
             return None
-        if exc.kind in (RATE_LIMITED, "http_429"):
-            endpoint.rate.limited(exc.sent_at, exc.retry_after)
-        return _Failed(exc.kind, str(exc))
+        if exc.kind in _LIMITS:
+            self._limited(endpoint, exc.sent_at, exc.retry_after)
+        return _Failed(exc.kind, str(exc), where=endpoint.label)
+
+    def _impatient(self, work: _Work, since: float | None, limit: _Failed | None, endpoint: Endpoint,
+                   wait: float) -> RateLimited:
+        what = _what(work.pending)
+        if since is not None and limit is not None:
+            held = time.monotonic() - since + wait
+            return RateLimited(f"{what}: the rate limit would hold it back {held:.0f} s with no answer, more than the "
+                               f"{self.patience:g} s it may wait; last: {limit.message}", limit.kind)
+        return RateLimited(f"{what}: {endpoint.label} allows {endpoint.rate.rate or 0:.2g} calls/s now, which would "
+                           f"hold it back {wait:.0f} s, more than the {self.patience:g} s it may wait", RATE_LIMITED)
+
+    def _limited(self, endpoint: Endpoint, sent_at: float, retry_after: float | None) -> None:
+        """A client without patience takes a rate limit for an answer (a health check): it holds
+        nothing back for it, nor cuts the rate it shows."""
+        if self.patience != 0:
+            endpoint.rate.limited(sent_at, retry_after)
+
+    def _asking_in_pieces(self, endpoint: Endpoint, slow: list[_Slot], fallback: Fallback | None) -> None:
+        assert fallback is not None
+        log.warning("%s: %d %s call(s) got no answer within %g s; asking %s instead, at most %d at a time",
+                    endpoint.label, len(slow), fallback.method, self.timeout, fallback.instead, endpoint.max_batch)
 
     def _absorb(self, endpoint: Endpoint, work: _Work, chunk: list[_Slot], answers: list[Any],
                 sent_at: float) -> tuple[int, _Failed | None]:
@@ -488,11 +645,26 @@ class RpcClient:
             if answer is _MISSING:
                 kinds.add("incomplete")
             elif not isinstance(answer, _Failed):
+                if work.parse is not None and slot.part is None:
+                    try:
+                        answer = work.parse(answer)
+                    except (TypeError, ValueError, KeyError) as exc:
+                        kinds.add("bad_answer")
+                        shown = self.secrets.scrub(orjson.dumps(answer).decode("utf-8", "replace"))
+                        slot.why = f"{endpoint.label}: {slot.call[0]} answered {shown[:40]}: {exc}"
+                        slot.bad_answer = True
+                        slot.excluded.add(id(endpoint))
+                        continue
                 work.keep(slot, answer)
                 answered.append(slot)
             else:
-                kinds.add(answer.kind)
                 method = slot.call[0]
+                if answer.kind == ERROR and work.fallback is not None and _TIMEOUT_TEXT.search(answer.message.lower()) \
+                        and work.too_slow([slot]):
+                    kinds.add("timeout")
+                    self._asking_in_pieces(endpoint, [slot], work.fallback)
+                    continue
+                kinds.add(answer.kind)
                 if answer.kind == UNSUPPORTED:
                     slot.why = f"{endpoint.label}: {answer.message[:200]}"
                     self._learn(endpoint, method, answer.message, work.fallback)
@@ -501,9 +673,11 @@ class RpcClient:
                     slot.excluded.add(id(endpoint))
                 elif answer.kind == RATE_LIMITED:
                     retry_after = answer.retry_after if retry_after is None else retry_after
-                    error = error or _Failed(RATE_LIMITED, f"{endpoint.label}: {method}: {answer.message[:200]}")
+                    error = error or _Failed(RATE_LIMITED, f"{endpoint.label}: {method}: {answer.message[:200]}",
+                                             where=endpoint.label)
                 elif answer.kind != TOO_LARGE:
-                    error = error or _Failed(answer.kind, f"{endpoint.label}: {method} failed: {answer.message[:200]}")
+                    error = error or _Failed(answer.kind, f"{endpoint.label}: {method} failed: {answer.message[:200]}",
+                                             where=endpoint.label)
         work.answered(answered)
         if TOO_LARGE in kinds:
             # go-ethereum answers a batch past its request limit with one error, for the first id.
@@ -512,11 +686,14 @@ class RpcClient:
             self._too_large(endpoint, [s for s in chunk if id(s) not in done], answered=len(answered),
                             why=f"{endpoint.label}: response too large", size=len(chunk))
         if "incomplete" in kinds and error is None:
-            error = _Failed("incomplete", f"{endpoint.label}: answer lacks some of {len(chunk)} results")
+            error = _Failed("incomplete", f"{endpoint.label}: answer lacks some of {len(chunk)} results",
+                            where=endpoint.label)
         for kind in kinds:
             metrics.counted.rpc_errors.labels(endpoint.label, kind).inc()
+        if answered:
+            endpoint.rate.answered(sent_at, len(answered))
         if RATE_LIMITED in kinds:
-            endpoint.rate.limited(sent_at, retry_after)
+            self._limited(endpoint, sent_at, retry_after)
         elif answered:
             endpoint.rate.clean()
         return len(answered), error
@@ -582,8 +759,8 @@ class RpcClient:
                 metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
         except requests.Timeout:
             raise _Refused(f"{where}: no answer within {self.timeout:g} s", "timeout") from None
-        except requests.ConnectionError:
-            raise _Refused(f"{where}: connection failed", "connection") from None
+        except requests.ConnectionError as exc:
+            raise _Refused(f"{where}: {_connection_failure(exc)}", "connection") from None
         except requests.RequestException as exc:  # its text may hold the full URL, key and all
             raise _Refused(f"{where}: {type(exc).__name__}", "http") from None
         try:
@@ -652,6 +829,41 @@ class RpcClient:
         if all(r is _MISSING for r in results):
             raise _Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
         return results
+
+
+def _what(slots: list[_Slot]) -> str:
+    """The calls left, for an error: "eth_chainId", or "12 calls (eth_getBlockByNumber, ...)"."""
+    methods = list(dict.fromkeys(s.call[0] for s in slots))
+    return methods[0] if len(slots) == 1 else f"{len(slots)} calls ({', '.join(methods[:4])})"
+
+
+def _hint(failed: _Failed) -> str:
+    """What to check, after a failure whose cause is likely the setup rather than the node."""
+    if failed.kind == "connection":
+        return f"; is a node running at {failed.where}? (INDEXER_RPC_URL)"
+    if failed.kind == "http_4xx":
+        return f"; is INDEXER_RPC_URL the JSON-RPC URL of {failed.where}, with its key if it needs one?"
+    return ""
+
+
+def _connection_failure(exc: BaseException) -> str:
+    """Why a connection failed, from the exceptions requests and urllib3 wrap around the cause:
+    their own texts hold the full URL, key and all."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return "host name not found"
+        if isinstance(e, ConnectionResetError):
+            return "connection reset"
+        todo += [x for x in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args)
+                 if isinstance(x, BaseException)]
+    return "connection failed"
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator
 
 import psycopg
 
-from . import abi, forks, queue, store, stored_roots
+from . import abi, chain, forks, queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
@@ -352,7 +352,7 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
     plan lock. IndexerError for a node of another chain: nothing is compared."""
     if (other := forks.other_chain(conn, client)) is not None:
         raise IndexerError(f"{other}: nothing compared")
-    report = NodeReport(head=int(client.call("eth_blockNumber"), 16))
+    report = NodeReport(head=chain.head(client))
     orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
     report.orphaned = Runs(closed=orphan_runs.append)
     after = start

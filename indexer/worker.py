@@ -10,9 +10,10 @@
    worker claims again, or waits for a NOTIFY.
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
 when no retry can help; a batch that does not link to the stored blocks (`forks.ForkMismatch`)
-defers the job with no attempt spent, saying at WARNING which `indexer verify` makes it link. A
-draining worker (`indexer work --drain`) stops when no job is pending or running, or, with
-`EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
+defers the job with no attempt spent, saying at WARNING which `indexer verify` makes it link; a
+node whose rate limit would hold a batch back for half a lease (`rpc.RateLimited`) defers it too:
+the node is alive, only busy. A draining worker (`indexer work --drain`) stops when no job is pending or
+running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
 (`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent (with
 the database away, it cannot: it says which jobs the reaper will take back, and exits). The
 database going away is survived: the worker reconnects with backoff and gives back the jobs it
@@ -41,7 +42,7 @@ from .errors import Secrets, first_line, redact
 from .forks import ForkMismatch
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
-from .rpc import RpcClient, RpcError
+from .rpc import RateLimited, RpcClient, RpcError
 from .settings import Settings
 from .states import JobStatus, Outcome
 
@@ -89,8 +90,10 @@ class Worker:
         # `locked_by`: the machine or pod (INDEXER_WORKER_NAME), then the process holding the job.
         self.name = f"{cfg.worker_name}:{os.getpid()}"
         self.stop = threading.Event()
+        # Rate limits alone never fail a call; half a lease of nothing else gives the job back
+        # in time, before the reaper would take it, attempt and all.
         client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
-                           max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit)
+                           max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit, patience=cfg.lease_seconds / 2)
         self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
         self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations,
                                                use_finalized=cfg.use_finalized)
@@ -290,6 +293,8 @@ class Worker:
                         job.id, exc, self.cfg.defer_seconds, exc.repair_command(self.cfg.max_reorg_depth))
             deferred = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
             ended = Ended(Outcome.DEFERRED, "its blocks do not link to the stored ones") if deferred else LOST
+        except RateLimited as exc:  # backpressure, not this job's failure
+            ended = self._defer(job, str(exc))
         except (RpcError, ChainDataError) as exc:
             ended = self._give_back(job, str(exc))
         except psycopg.OperationalError:
@@ -329,6 +334,12 @@ class Worker:
         if status is None:
             return Ended(Outcome.LOST_CLAIM, f"its lease was taken back (it had failed: {error})")
         return Ended(Outcome.FAILED if status == JobStatus.FAILED else Outcome.GIVEN_BACK, error)
+
+    def _defer(self, job: Claim, why: str) -> Ended:
+        """Back to pending after INDEXER_DEFER_SECONDS, no attempt spent."""
+        if not queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds):
+            return LOST
+        return Ended(Outcome.DEFERRED, self.secrets.scrub(why))
 
     def _record(self, job: Claim, outcome: Outcome, detail: str, seconds: float = 0.0) -> None:
         metrics.counted.job_outcomes.labels(outcome).inc()

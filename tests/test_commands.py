@@ -81,8 +81,9 @@ def test_work_with_the_node_down_is_one_line_without_the_api_key(db_url, conn):
     assert result.returncode == 1
     assert "SECRETKEY123" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("indexer work: error: 1 call(s) failed after 2 attempts; last: http://127.0.0.1:")
-    assert last.endswith("connection failed")
+    assert last.startswith("indexer work: error: eth_chainId failed after 2 attempts; last: http://127.0.0.1:")
+    assert last.endswith("connection refused; is a node running at " + url.removesuffix("/v2/SECRETKEY123")
+                         + "? (INDEXER_RPC_URL)")
     assert conn.execute("SELECT status, attempts FROM jobs").fetchall() == [("pending", 0)]
 
 
@@ -93,7 +94,7 @@ def test_work_against_a_node_answering_html_fails_clearly(db_url, conn, chain_no
                                                                      "INDEXER_RPC_MAX_ATTEMPTS": "2"})
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("indexer work: error: 1 call(s) failed after 2 attempts; last: ")
+    assert last.startswith("indexer work: error: eth_chainId failed after 2 attempts; last: ")
     assert "answer is not JSON: b'<html><body>502 Bad Gateway" in last
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 0
 

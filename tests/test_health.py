@@ -1,6 +1,7 @@
 """/livez and /readyz, which the Kubernetes probes ask (deploy/kubernetes), `indexer work` giving
-up once the database or the node has been silent for INDEXER_GIVE_UP_SECONDS, and the pod's name
-in `locked_by`."""
+up once the database or the node has been silent for INDEXER_GIVE_UP_SECONDS (a node that only
+rate-limits is not silent; one whose head is not a hex number is) or its workers have kept dying
+as long, and the pod's name in `locked_by`."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def test_the_pool_exits_1_once_the_database_has_been_silent_too_long(own_postgre
     own_postgres.pg_ctl("-m", "fast", "stop")
     assert w.wait(60) == 1, w.output()
     last = w.output().strip().splitlines()[-1]
-    assert re.fullmatch(r"indexer work: error: no answer from the database for \d+ s \(INDEXER_GIVE_UP_SECONDS is 2\)",
-                        last), last
+    assert re.fullmatch(r"indexer work: error: no answer from the database for \d+ s: .*connection.* "
+                        r"\(INDEXER_GIVE_UP_SECONDS is 2\)", last), last
 
 
 def test_the_pool_is_unready_then_exits_1_when_no_node_endpoint_answers(db_url, conn, chain_node, work):
@@ -80,9 +81,55 @@ def test_the_pool_is_unready_then_exits_1_when_no_node_endpoint_answers(db_url, 
     assert re.fullmatch(r"no answer from any node endpoint for \d+ s\n", body), body
     assert w.wait(60) == 1, w.output()
     last = w.output().strip().splitlines()[-1]
-    assert re.fullmatch(r"indexer work: error: no answer from any node endpoint for \d+ s "
-                        r"\(INDEXER_GIVE_UP_SECONDS is 3\)", last), last
+    # What the last check met, and what to check, for either endpoint.
+    where = re.escape(proxy.url)
+    assert re.fullmatch(rf"indexer work: error: no answer from any node endpoint for \d+ s: 2 calls \(eth_chainId, "
+                        rf"eth_blockNumber\) failed after 1 attempt; last: {where}: connection refused; is a node "
+                        rf"running at {where}\? \(INDEXER_RPC_URL\) \(INDEXER_GIVE_UP_SECONDS is 3\)", last), last
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone()[0] == 0
+
+
+def test_a_node_answering_nothing_but_rate_limits_is_alive_and_the_pool_stays(db_url, chain_node, work):
+    port = free_port()
+    with FaultProxy(chain_node.url) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", INDEXER_METRICS_PORT=str(port), INDEXER_GIVE_UP_SECONDS="2",
+                 **QUICK_CHECKS)
+        assert wait_for(lambda: probes(port)[1], "the pool to serve") == (200, "ok\n")
+        proxy.rate, proxy.faults = 1.0, ("http429_bare",)  # from now on (no job: only the checks ask)
+        seen = []
+        wait_for(lambda: seen.append(probe(port, "/readyz")) or proxy.served["http429_bare"] >= 20,
+                 "20 checks answered HTTP 429")
+        assert w.proc.poll() is None, w.output()
+    assert set(seen) == {(200, "ok\n")}
+
+
+def test_a_node_whose_head_is_not_a_hex_number_is_unready_then_the_pool_exits_saying_why(db_url, chain_node, work):
+    port = free_port()
+    with FaultProxy(chain_node.url, results={"eth_blockNumber": "0xzz"}) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", INDEXER_METRICS_PORT=str(port), INDEXER_GIVE_UP_SECONDS="3",
+                 **QUICK_CHECKS)
+        status, body = wait_for(lambda: (p := probe(port, "/readyz")) and p[0] == 503 and p, "the pool to be unready")
+        assert re.fullmatch(r"no answer from any node endpoint for \d+ s\n", body), body
+        assert w.wait(60) == 1, w.output()
+    last = w.output().strip().splitlines()[-1]
+    assert re.fullmatch(rf'indexer work: error: no answer from any node endpoint for \d+ s: {proxy.url}: '
+                        r'eth_blockNumber answered "0xzz": not a hex number \(INDEXER_GIVE_UP_SECONDS is 3\)', last), last
+
+
+def test_a_pool_whose_workers_keep_dying_restarts_them_ever_later_then_exits_saying_so(db_url, conn, chain_node, work):
+    w = work(db_url, chain_node.url, "--workers", "2", INDEXER_GIVE_UP_SECONDS="4", **QUICK_CHECKS)
+    wait_for(lambda: conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%%'"
+                                  " AND datname = current_database()").fetchone()[0] == 2, "the workers to listen")
+    conn.execute("ALTER TABLE jobs RENAME TO jobs_gone")  # each worker dies at its next claim, and so will any other
+    assert w.wait(60) == 1, w.output()
+    out = w.output()
+    restarts = re.findall(r"worker worker-\d exited with code 1; starting another in ([\d.]+) s", out)
+    # Each slot's replacements wait 0.5 s, then 1 s, 2 s...: a handful in 4 s, not dozens.
+    assert 4 <= len(restarts) <= 12, out
+    assert {"0.5", "1", "2"} <= set(restarts), restarts
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"indexer work: error: every worker keeps dying within 60 s of its start \(\d+ deaths, the last "
+                        r"with exit code 1; the log above says why\) \(INDEXER_GIVE_UP_SECONDS is 4\)", last), last
 
 
 def test_a_stopping_pool_is_unready_until_it_exits(db_url, conn, chain_node, work):

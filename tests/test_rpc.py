@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import replace
 
 import pytest
 
-from indexer import chain, metrics
+from indexer import chain, metrics, rpc
 from indexer.endpoints import Recorder
 from indexer.rpc import RATE_LIMITED, AdaptiveRate, Fallback, RpcClient, RpcError, classify
 from indexer.testing import fixtures
@@ -70,9 +71,22 @@ def test_failover_to_the_next_endpoint(chain_node):
 
 def test_gives_up_after_the_last_attempt_with_a_clear_error(chain_node):
     with FaultProxy(chain_node.url, rate=1.0, faults=("http500",)) as proxy:
-        with pytest.raises(RpcError, match=r"1 call\(s\) failed after 3 attempts; last: .*HTTP 500"):
+        with pytest.raises(RpcError, match=r"^eth_chainId failed after 3 attempts; last: .*: HTTP 500$"):
             RpcClient([proxy.url], max_attempts=3).call("eth_chainId")
     assert proxy.served["http500"] == 3
+
+
+def test_a_node_that_is_down_is_named_with_the_call_and_what_to_check(caplog):
+    port = free_port()
+    where = f"http://127.0.0.1:{port}"
+    with caplog.at_level(logging.DEBUG, "indexer.rpc"), pytest.raises(RpcError) as caught:
+        RpcClient([f"{where}/v3/SECRETKEY1234567890"], max_attempts=3).call("eth_blockNumber")
+    assert str(caught.value) == (f"eth_blockNumber failed after 3 attempts; last: {where}: connection refused; "
+                                 f"is a node running at {where}? (INDEXER_RPC_URL)")
+    # The retries before it say nothing unless asked to (DEBUG).
+    assert [r.levelno for r in caplog.records if r.name == "indexer.rpc"] == [logging.DEBUG] * 2
+    with pytest.raises(RpcError, match=r"^3 calls \(eth_getBlockByNumber\) failed after 1 attempt; last: "):
+        RpcClient([where], max_attempts=1).batch(block_calls(3))
 
 
 def test_the_rate_limit_spaces_requests(chain_node):
@@ -219,6 +233,46 @@ def test_a_method_one_endpoint_lacks_goes_to_the_others(chain_node):
 # -- rate limits -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fault", ["http429_bare", "limit_exceeded"])
+def test_a_rate_limit_is_never_a_failed_attempt(chain_node, fault):
+    """HTTP 429 without Retry-After, or -32005 for each call, more times in a row than the
+    attempts allowed: backpressure, not a failure; the calls are answered once the limit lets them."""
+    with FaultProxy(chain_node.url, first=(fault,) * 3) as proxy:
+        client = RpcClient([proxy.url], max_attempts=2)
+        assert numbers(client.batch(block_calls(3))) == list(range(3))
+    assert proxy.served[fault] == 3
+
+
+def test_nothing_but_rate_limits_for_the_patience_is_rate_limited_not_failed(chain_node):
+    with FaultProxy(chain_node.url, rate=1.0, faults=("http429_bare",)) as proxy:
+        with pytest.raises(rpc.RateLimited) as caught:
+            RpcClient([proxy.url], max_attempts=2, patience=3).call("eth_chainId")
+    assert proxy.served["http429_bare"] > 2  # more than the attempts allowed a failure
+    assert re.fullmatch(rf"eth_chainId: the rate limit would hold it back \d s with no answer, more than the 3 s "
+                        rf"it may wait; last: {proxy.url}: HTTP 429 rate limited",
+                        str(caught.value)), caught.value
+
+
+def test_the_rate_falls_below_a_call_a_second_when_the_provider_allows_no_more():
+    rate = AdaptiveRate(2)
+    for _ in range(3):
+        assert rate.limited(time.monotonic())
+    assert rate.rate == pytest.approx(2 * 0.7 ** 3)  # 0.69 calls a second
+    assert rate.burst(100) == 1  # and a request carries one call at a time
+
+
+def test_the_rate_allowed_in_all_is_the_slowest_endpoint_s_for_each(chain_node):
+    with FaultProxy(chain_node.url) as a, FaultProxy(chain_node.url) as b:
+        client = RpcClient([a.url, b.url])
+        assert client.allowed_calls_per_second() is None  # no limit in force
+        client.endpoints[0].rate.limited(time.monotonic())
+        client.endpoints[0].rate.limited(time.monotonic())  # measured nothing: held back, no rate yet
+        assert client.allowed_calls_per_second() is None
+        limited = RpcClient([a.url, b.url], rate_limit=10)
+        limited.endpoints[1].rate.limited(time.monotonic())
+        assert limited.allowed_calls_per_second() == pytest.approx(2 * 7)
+
+
 def test_retry_after_is_honoured(chain_node):
     with FaultProxy(chain_node.url, first=("http429",), retry_after="1") as proxy:
         client = RpcClient([proxy.url])
@@ -282,7 +336,7 @@ def test_the_rate_falls_on_rate_limits_and_rises_again_within_the_ceiling(chain_
 
 def test_aimd_steps():
     """The rules, without a node: cut at once to 70% of what was sent, once per burst; raised by
-    a fixed step per clean interval in which the limit held calls back; never past the ceiling."""
+    5% per clean interval in which the limit held calls back; never past the ceiling."""
     rate = AdaptiveRate(200)
     sent = [rate.acquire(10)[1] for _ in range(3)]
     assert rate.limited(sent[2]) and rate.rate == pytest.approx(140)  # 70% of the rate in force
@@ -295,7 +349,7 @@ def test_aimd_steps():
     assert rate.rate == pytest.approx(147)  # + 5% of 140
     rate.acquire(150)
     rate.clean()
-    assert rate.rate == 154
+    assert rate.rate == pytest.approx(154.35)  # + 5% of 147
     rate.rate = 198
     rate.acquire(150)
     rate.clean()
@@ -402,6 +456,29 @@ def recorded(name: str) -> tuple[dict, list]:
     return answer["block"], answer["receipts"]
 
 
+@pytest.mark.parametrize(("answer", "shown"), [("0xzz", '"0xzz"'), (None, "null"), (12345, "12345"), ("12", '"12"'),
+                                              ("0x", '"0x"'), (" 0x1_0", '" 0x1_0"')])
+def test_a_head_that_is_not_a_hex_number_is_chain_data_naming_the_endpoint(chain_node, answer, shown):
+    with FaultProxy(chain_node.url, results={"eth_blockNumber": answer}) as bad:
+        with pytest.raises(chain.ChainDataError) as caught:
+            chain.safe_head(RpcClient([bad.url]), confirmations=0, use_finalized=False)
+        assert str(caught.value) == f"{bad.url}: eth_blockNumber answered {shown}: not a hex number"
+        assert bad.calls["eth_blockNumber"] == 1  # not asked again: it would say the same
+        with FaultProxy(chain_node.url) as good:  # another endpoint answers it
+            assert chain.safe_head(RpcClient([bad.url, good.url]), confirmations=0, use_finalized=False) == \
+                chain_node.head()
+
+
+def test_a_chain_id_or_finalized_block_that_is_not_a_hex_number_is_chain_data(chain_node):
+    with FaultProxy(chain_node.url, results={"eth_chainId": None}) as proxy:
+        with pytest.raises(chain.ChainDataError, match=f"^{proxy.url}: eth_chainId answered null: not a hex number$"):
+            chain.chain_id(RpcClient([proxy.url]))
+    with FaultProxy(chain_node.url, results={"eth_getBlockByNumber": {"number": "0xzz"}}) as proxy:
+        with pytest.raises(chain.ChainDataError, match=f'^{proxy.url}: eth_getBlockByNumber answered {{"number":"0xzz"}}: '
+                                                       "its number is not a hex number$"):
+            chain.safe_head(RpcClient([proxy.url]), confirmations=0, use_finalized=True)
+
+
 def test_mainnet_receipts_by_transaction_equal_the_block_s(caplog):
     """Block 18,000,000 from a node without eth_getBlockReceipts (go-ethereum before 1.13)."""
     block, receipts = recorded("mainnet-18000000")
@@ -471,8 +548,8 @@ def test_what_a_gateway_echoes_of_the_url_is_scrubbed_before_it_is_cut(chain_nod
     key = "k" + "0123456789abcdef" * 2
     with FaultProxy(chain_node.url, echo=(form,)) as proxy:
         url = proxy.url.replace("://", "://user:" + key + "@") + f"/v3/{key}?apikey={key}"
-        with pytest.raises(RpcError) as caught:
-            RpcClient([url], max_attempts=1).call("eth_blockNumber")
+        with pytest.raises(RpcError) as caught:  # "html" says "rate limit exceeded": no patience for it here
+            RpcClient([url], max_attempts=1, patience=0).call("eth_blockNumber")
     message = str(caught.value)
     assert "***" in message
     # Not even a piece of the key: the answers are cut to 40 or 200 characters, which must not

@@ -21,6 +21,11 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
 - `calls_per_second=R`: a provider's rate limit, a token bucket of R calls a second (bursts of
   one second's worth): a request over it gets HTTP 429 (with `retry_after` unless None), or with
   `limit_as="json-rpc"` HTTP 200 and -32005 "limit exceeded" for each call.
+- `results={method: value}`: calls of those methods are answered with that result, whatever the
+  node would say (a node whose head is "0xzz", null, or a JSON number).
+- `slow_receipts=(T, S)`: a request asking eth_getBlockReceipts of a block of at least T
+  transactions is answered S seconds late, as a node takes its time over a huge block's
+  receipts; its transactions' receipts one by one come at once.
 - `echo=(form, ...)`: a gateway that echoes what it was asked in its error texts, the forms
   served in turn to every request but a lone eth_chainId (so that a pool starts): each text
   holds the request's path and query, as sent and percent-decoded, and the user and password of
@@ -30,8 +35,8 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
   -32000 error that quotes each path segment and query value alone, as sent ("unknown key
   Sh0rt7"), as gateways name the key they refuse.
 `calls` counts the calls received, by method; `served` what each request got ("pass", a fault,
-"too_large", "rate_limited", "response_too_large"), and each call refused as "method_not_found"
-or "pruned".
+"too_large", "rate_limited", "response_too_large", "slow_receipts"), and each call refused as
+"method_not_found" or "pruned", or answered by `results` ("result").
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class FaultProxy(LoopbackServer):
         calls_per_second: float | None = None,
         limit_as: str = "http429",
         echo: tuple[str, ...] = (),
+        results: dict[str, object] | None = None,
+        slow_receipts: tuple[int, float] | None = None,
     ) -> None:
         self.upstream = upstream
         self.rate = rate
@@ -96,6 +103,9 @@ class FaultProxy(LoopbackServer):
         self.calls_per_second = calls_per_second
         self.limit_as = limit_as
         self.echo = list(echo)
+        self.results = dict(results or {})
+        self.slow_receipts = slow_receipts
+        self._transactions: dict[str, int] = {}  # a block's transaction count, by its hash or number
         self._echoed = 0
         self._tokens = calls_per_second or 0.0
         self._stamp = time.monotonic()
@@ -104,7 +114,14 @@ class FaultProxy(LoopbackServer):
         self.lock = threading.Lock()
         self.served: Counter[str] = Counter()
         self.requests: list[tuple[float, int]] = []  # (monotonic time, calls in the request)
+        self._closing = threading.Event()
         super().__init__(self.handle)
+
+    def close(self) -> None:
+        # An answer held back (a timeout, slow receipts) is dropped: the node behind may be gone
+        # by the time it is due.
+        self._closing.set()
+        super().close()
 
     def _choose(self) -> str:
         with self.lock:
@@ -157,9 +174,13 @@ class FaultProxy(LoopbackServer):
             return self._limit_exceeded(h, items, batch)
         if fault == "html":
             return send(h, 200, b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
-        if fault == "timeout":
-            time.sleep(self.hold_seconds)
-        local = {i: error for i, c in enumerate(items) if (error := self._refusal(c)) is not None}
+        if fault == "timeout" and self._closing.wait(self.hold_seconds):
+            return
+        if self.slow_receipts is not None and self._asks_big_receipts(items):
+            self._count("slow_receipts")
+            if self._closing.wait(self.slow_receipts[1]):
+                return
+        local = {i: answer for i, c in enumerate(items) if (answer := self._own_answer(c)) is not None}
         if local or (self.max_results is not None and batch):
             status, content = self._answer_some(items, batch, local)
         else:
@@ -171,20 +192,41 @@ class FaultProxy(LoopbackServer):
             content = orjson.dumps(list(reversed(orjson.loads(content))))
         send(h, status, content)
 
-    def _refusal(self, call: object) -> dict | None:
-        """The error this node answers `call` with itself, if any."""
+    def _own_answer(self, call: object) -> dict | None:
+        """What this proxy answers `call` with itself, if anything: {"result": ...} or {"error": ...}."""
         if not isinstance(call, dict):
             return None
         method, params = call.get("method"), call.get("params") or []
+        if method in self.results:
+            self._count("result")
+            return {"result": self.results[method]}
         if method in self.lacks:
             self._count("method_not_found")
-            return {"code": -32601, "message": f"the method {method} does not exist/is not available"}
+            return {"error": {"code": -32601, "message": f"the method {method} does not exist/is not available"}}
         if self.pruned_below is not None and method in ("eth_getBlockByNumber", "eth_getBlockReceipts") and params \
                 and isinstance(params[0], str) and params[0].startswith("0x") and len(params[0]) < 66 \
                 and int(params[0], 16) < self.pruned_below:
             self._count("pruned")
-            return PRUNED_HISTORY
+            return {"error": PRUNED_HISTORY}
         return None
+
+    def _asks_big_receipts(self, items: list) -> bool:
+        """Whether the request asks eth_getBlockReceipts of a block with `slow_receipts[0]` or more
+        transactions (counted by asking the node, once per block)."""
+        assert self.slow_receipts is not None
+        for call in items:
+            if not isinstance(call, dict) or call.get("method") != "eth_getBlockReceipts" or not call.get("params"):
+                continue
+            block = call["params"][0]
+            if block not in self._transactions:
+                by = "eth_getBlockByHash" if isinstance(block, str) and len(block) == 66 else "eth_getBlockByNumber"
+                asked = {"jsonrpc": "2.0", "id": 1, "method": by, "params": [block, False]}
+                found = orjson.loads(requests.post(self.upstream, data=orjson.dumps(asked), timeout=60,
+                                                   headers={"Content-Type": "application/json"}).content)
+                self._transactions[block] = len((found.get("result") or {}).get("transactions", []))
+            if self._transactions[block] >= self.slow_receipts[0]:
+                return True
+        return False
 
     def _answer_some(self, items: list, batch: bool, local: dict[int, dict]) -> tuple[int, bytes]:
         """Answers the calls this node refuses itself, asks the node for the others, and caps a
@@ -200,7 +242,7 @@ class FaultProxy(LoopbackServer):
         for i, call in enumerate(items):
             id_ = call.get("id") if isinstance(call, dict) else None
             lost = _error(id_, {"code": -32603, "message": "no answer from the node"})
-            answers.append(_error(id_, local[i]) if i in local else by_id.get(id_, lost))
+            answers.append({"jsonrpc": "2.0", "id": id_, **local[i]} if i in local else by_id.get(id_, lost))
         if self.max_results is not None and batch and len(answers) > self.max_results:
             self._count("response_too_large")
             cut = answers[self.max_results:]
