@@ -34,6 +34,11 @@ from .queue import Claim
 PROBE_FRACTION = 10
 # Batches' worth of transactions (`batch_transactions` each) fetched ahead at most.
 TRANSACTIONS_AHEAD = 2
+# At a provider's rate limit, the calls of the batches in flight fit in this share of a lease at
+# the rate the node allows: heartbeats come between batches, the worker's client gives a job
+# back after half a lease of nothing but rate limits (`rpc.RateLimited`), and the write and the
+# heartbeat need the rest.
+LEASE_SHARE = 0.5
 
 
 def batch_blocks(density: float | None, batch_size: int, batch_transactions: int) -> int:
@@ -108,8 +113,16 @@ class Batches:
 
 class Prefetcher:
     def __init__(self, fetch: Callable[[int, int, int], Rows], *, in_flight: int, batch_size: int,
-                 batch_transactions: int, stop: threading.Event) -> None:
+                 batch_transactions: int, stop: threading.Event,
+                 allowed_rate: Callable[[], float | None] = lambda: None, lease_seconds: float = 60.0,
+                 keep_alive: Callable[[], None] = lambda: None) -> None:
+        """`allowed_rate`: the calls per second the node allows now (None: no limit in force;
+        `rpc.RpcClient.allowed_calls_per_second`); `keep_alive`: extends the leases of the jobs
+        held, called from the thread that iterates `rows`."""
         self.fetch = fetch
+        self.keep_alive = keep_alive
+        self.allowed_rate = allowed_rate
+        self.lease_seconds = lease_seconds
         self.in_flight = in_flight
         self.batch_size = batch_size
         self.batch_transactions = batch_transactions
@@ -176,21 +189,46 @@ class Prefetcher:
         more than `TRANSACTIONS_AHEAD` batches' worth of transactions in them (at least one), as
         many as that while the density is not known yet (a probe's blocks may be dense)."""
         if self.density is None:
-            return min(self.in_flight, TRANSACTIONS_AHEAD)
-        per_batch = self.density * self._size()
-        ahead = TRANSACTIONS_AHEAD * self.batch_transactions
-        if per_batch * self.in_flight <= ahead:  # by product, as in `batch_blocks`
-            return self.in_flight
-        return max(1, int(ahead / per_batch))
+            limit = min(self.in_flight, TRANSACTIONS_AHEAD)
+        else:
+            per_batch = self.density * self._size()
+            ahead = TRANSACTIONS_AHEAD * self.batch_transactions
+            if per_batch * self.in_flight <= ahead:  # by product, as in `batch_blocks`
+                limit = self.in_flight
+            else:
+                limit = max(1, int(ahead / per_batch))
+        blocks = self._blocks_within_the_rate()
+        if blocks is not None and limit * self._size() > blocks:
+            limit = max(1, int(blocks / self._size()))
+        return limit
 
     def _size(self) -> int:
-        return batch_blocks(self.density, self.batch_size, self.batch_transactions)
+        size = batch_blocks(self.density, self.batch_size, self.batch_transactions)
+        blocks = self._blocks_within_the_rate()
+        if blocks is not None and size * self.in_flight > blocks:
+            size = max(1, int(blocks / self.in_flight))
+        return size
+
+    def _blocks_within_the_rate(self) -> float | None:
+        """The blocks that can be fetched in LEASE_SHARE of a lease at the rate the node allows
+        (None: no limit in force). A block costs its header, and one with transactions its body and
+        its receipts too; at most one block in `density` has any. (From a node without
+        eth_getBlockReceipts, receipts cost a call each: the client's patience then defers a job
+        whose batch takes too long, with no attempt spent.)"""
+        rate = self.allowed_rate()
+        if rate is None:
+            return None
+        calls_a_block = 1 + 2 * min(1.0, 1.0 if self.density is None else self.density)
+        return LEASE_SHARE * rate * self.lease_seconds / calls_a_block
 
     def _submit(self, first: int, last: int) -> Future[Rows]:
         return self.executor.submit(self.fetch, first, last, self.batch_transactions)
 
     def _result(self, future: Future[Rows]) -> Rows:
-        started = time.perf_counter()
+        """The batch, once fetched. A wait of a third of a lease or more calls `keep_alive` (the
+        worker extends the leases it holds): the node is slow, not the worker, and a batch asked
+        before the node's rate limit was known may take longer than a lease to come."""
+        started = kept_at = time.perf_counter()
         try:
             while True:
                 try:
@@ -198,5 +236,8 @@ class Prefetcher:
                 except FutureTimeout:
                     if self.stop.is_set():
                         raise Stopping() from None
+                    if time.perf_counter() - kept_at >= self.lease_seconds / 3:
+                        self.keep_alive()
+                        kept_at = time.perf_counter()
         finally:
             metrics.counted.wait_seconds.inc(time.perf_counter() - started)

@@ -100,7 +100,8 @@ class Worker:
         self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots, chain_id=chain_id),
                                    in_flight=cfg.rpc_in_flight,
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
-                                   stop=self.stop)
+                                   stop=self.stop, allowed_rate=client.allowed_calls_per_second,
+                                   lease_seconds=cfg.lease_seconds, keep_alive=self.keep_alive)
         self.held = HeldClaims()
         self.secrets = Secrets.of(cfg)  # what a job's last_error must never hold
         self._conn: psycopg.Connection | None = None
@@ -241,6 +242,12 @@ class Worker:
         runner = RUNNERS.get(job.kind)
         return runner.ask_ahead(self, job) if runner and runner.ask_ahead else Batches(job, 0, -1)
 
+    def keep_alive(self) -> None:
+        """Extends the lease of every job held, its cursor unchanged, while the node is slow to
+        answer a batch. A claim found lost is left to the batch's own heartbeat, which stops it."""
+        for claim in self.held.claims():
+            queue.heartbeat(self.conn, claim, lease_seconds=self.cfg.lease_seconds)
+
     def _give_back_held(self) -> None:
         """After a reconnect or on shutdown: return the jobs we still hold, no attempt spent."""
         if not self.held.claims():
@@ -291,8 +298,7 @@ class Worker:
             # makes this very job link: it waits for that, however long, instead of failing.
             log.warning("job %d: %s; deferred %g s with no attempt spent, until `%s` replaces the orphans",
                         job.id, exc, self.cfg.defer_seconds, exc.repair_command(self.cfg.max_reorg_depth))
-            deferred = queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds)
-            ended = Ended(Outcome.DEFERRED, "its blocks do not link to the stored ones") if deferred else LOST
+            ended = self._defer(job, "its blocks do not link to the stored ones")
         except RateLimited as exc:  # backpressure, not this job's failure
             ended = self._defer(job, str(exc))
         except (RpcError, ChainDataError) as exc:

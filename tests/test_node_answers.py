@@ -67,6 +67,24 @@ def test_a_provider_allowing_2_calls_a_second_slows_the_backfill_and_fails_nothi
     assert_matches_node(conn, chain_node.url, 0, last)
 
 
+def test_under_a_tight_limit_and_a_short_lease_a_long_job_is_fetched_in_small_batches_and_ends(
+        db_url, conn, chain_node, work):
+    """A provider allowing 5 calls a second and leases of 4 s: a whole batch of the chain's
+    blocks takes the node longer than the 2 s a worker waits on rate limits, so, sized as without
+    a limit, the job would be deferred and claimed again forever. Sized to the rate (a block or
+    two at a time, fewer in flight), each batch comes back within the lease, and the one job ends
+    at its first attempt."""
+    last = min(chain_node.head(), 24)
+    planner.plan(conn, 0, last + 1, last + 1)
+    with FaultProxy(chain_node.url, calls_per_second=5, retry_after=None) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", "--drain", INDEXER_LEASE_SECONDS="4", INDEXER_MAX_ATTEMPTS="1")
+        assert w.wait(240) == 0, w.output()
+    assert proxy.served["rate_limited"] > 0
+    assert conn.execute("SELECT attempts FROM jobs_history WHERE kind = 'index_blocks'").fetchall() == [(1,)]
+    assert "given back" not in w.output() and "lost claim" not in w.output(), w.output()
+    assert_matches_node(conn, chain_node.url, 0, last)
+
+
 def test_a_job_whose_every_call_is_rate_limited_is_deferred_with_no_attempt_spent(db_url, conn, chain_node, work):
     """Nothing but 429s: the job goes back before its lease runs out, again and again, and never
     spends an attempt, however few it has."""

@@ -159,3 +159,47 @@ def test_hundreds_of_thousands_of_empty_blocks_after_a_few_transactions():
     assert 0 <= prefetcher.density < sys.float_info.min  # the estimate did decay that far
     assert [n for rows in batches for n in range(rows.first, rows.last + 1)] == list(range(blocks))
     assert all(rows.last - rows.first + 1 == 100 for rows in batches[-100:-1])  # the last one takes what is left
+
+
+def test_under_a_rate_limit_the_batches_in_flight_fit_in_half_a_lease():
+    """A provider's limit slows every call: a batch must still come back well within the lease
+    (heartbeats come between batches), or the job is deferred again and again and never ends.
+    The calls of all the batches in flight fit in half a lease at the rate allowed, down to one
+    block at a time."""
+    rate: list[float | None] = [None]
+    prefetcher = Prefetcher(fetch_within, in_flight=4, batch_size=100, batch_transactions=600, stop=threading.Event(),
+                            allowed_rate=lambda: rate[0], lease_seconds=60)
+    try:
+        for density in (None, 0.0, 0.5, 3.0, 400.0):
+            prefetcher.density = density
+            rate[0] = None
+            unlimited = (prefetcher._size(), prefetcher.limit())
+            for calls_per_second in (1000.0, 20.0, 5.0, 2.0, 0.5, 0.1):
+                rate[0] = calls_per_second
+                size, limit = prefetcher._size(), prefetcher.limit()
+                calls_a_block = 1 + 2 * min(1.0, 1.0 if density is None else density)
+                assert size <= unlimited[0] and limit <= unlimited[1]
+                assert size >= 1 and limit >= 1
+                if size > 1 or limit > 1:  # one block at a time is the least there is
+                    assert limit * size * calls_a_block <= calls_per_second * 60 / 2, (density, calls_per_second)
+            rate[0] = 1000.0
+            assert (prefetcher._size(), prefetcher.limit()) == unlimited  # a generous limit changes nothing
+    finally:
+        prefetcher.shutdown()
+
+
+def test_a_slow_batch_keeps_the_leases_alive_while_it_is_waited_for():
+    kept: list[float] = []
+
+    def slow(first: int, last: int, max_transactions: int) -> Rows:
+        time.sleep(1.2)
+        return Rows(first, last)
+
+    prefetcher = Prefetcher(slow, in_flight=1, batch_size=10, batch_transactions=600, stop=threading.Event(),
+                            lease_seconds=1.5, keep_alive=lambda: kept.append(time.monotonic()))
+    job = Claim(1, JOB_KIND, {"from": 0, "to": 0}, 1, uuid.uuid4(), datetime.now(timezone.utc), None)
+    try:
+        assert [(r.first, r.last) for r in prefetcher.rows(prefetcher.batches(job, 0, 0), lambda: None)] == [(0, 0)]
+    finally:
+        prefetcher.shutdown()
+    assert len(kept) >= 1  # a third of the lease is 0.5 s: at least one keep-alive in a 1.2 s wait
