@@ -465,7 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{redact(hint)}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.OperationalError as exc:
-        print(f"indexer {args.command}: error: lost {database}: {redact(first_line(exc))}", file=sys.stderr)
+        lost = "" if db.statement_failed(exc) else "lost "  # a lock or statement timeout is not a lost database
+        print(f"indexer {args.command}: error: {lost}{database}: {redact(first_line(exc))}", file=sys.stderr)
         return EXIT_RUNTIME
     except psycopg.Error as exc:
         print(f"indexer {args.command}: error: {database}: {redact(first_line(exc))}", file=sys.stderr)

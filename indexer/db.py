@@ -87,6 +87,13 @@ def connect(url: str, *, autocommit: bool = True, application_name: str = "index
         raise DatabaseUnavailable(f"cannot connect to {where(url)}: {reason}") from None
 
 
+def statement_failed(exc: psycopg.OperationalError) -> bool:
+    """Whether the server refused a statement and the session lives on (out of memory or of its
+    lock table, a disk full, a lock or statement timeout), rather than the connection being lost
+    (no SQLSTATE, class 08, or the server shutting the session down: 57P)."""
+    return bool(exc.sqlstate) and not exc.sqlstate.startswith(("08", "57P"))
+
+
 # Worker sessions never sit idle inside a transaction, and no statement of theirs runs long; the
 # server enforces both in case a bug or a stall (SIGSTOP, a paused VM) says otherwise. A stall
 # inside a transaction ends within one lease, so it cannot hide its job from the reaper longer.

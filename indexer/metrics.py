@@ -44,7 +44,7 @@ _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 RPC_ERROR_KINDS = ("timeout", "connection", "http", "http_429", "http_4xx", "http_5xx", "invalid_json", "incomplete",
-                   "rpc_error", "rate_limited", "too_large", "unsupported", "pruned")
+                   "rpc_error", "rate_limited", "too_large", "unsupported", "pruned", "bad_answer")
 
 
 class Counted:

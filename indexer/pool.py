@@ -36,6 +36,7 @@ from . import chain, db, health, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
+from .wording import counted
 
 log = logging.getLogger(__name__)
 
@@ -334,9 +335,11 @@ class Pool:
             return conn
         except (psycopg.OperationalError, IndexerError) as exc:
             log.warning("reaper: database unavailable (%s)", redact(first_line(exc)))
-            if conn is not None:
-                conn.close()
-            return None
+        except psycopg.Error as exc:  # a schema changed under the pool, say: the next pass tries again
+            log.warning("reaper: %s", redact(first_line(exc)))
+        if conn is not None:
+            conn.close()
+        return None
 
     def _stop_workers(self) -> None:
         for p in self.procs.values():
@@ -367,7 +370,7 @@ class Progress:
         blocks, jobs = self.counters.blocks.value, self.counters.jobs.value
         rate = (blocks - self.last_blocks) / (now - self.last)
         self.last, self.last_blocks = now, blocks
-        line = f"{jobs:,} jobs done, {blocks:,} blocks indexed, {rate:,.0f} blocks/s"
+        line = f"{counted(jobs, 'job')} done, {counted(blocks, 'block')} indexed, {rate:,.0f} blocks/s"
         if self.tty:
             sys.stderr.write(f"\r\033[K{line}")
             sys.stderr.flush()
@@ -379,4 +382,4 @@ class Progress:
         elapsed = time.monotonic() - self.started
         if self.tty:
             sys.stderr.write("\n")
-        log.info("%s jobs done, %s blocks indexed in %.1f s", f"{jobs:,}", f"{blocks:,}", elapsed)
+        log.info("%s done, %s indexed in %.1f s", counted(jobs, "job"), counted(blocks, "block"), elapsed)

@@ -173,7 +173,8 @@ class Worker:
                 self.prefetch.drop_ahead()
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6))
-                log.warning("database unavailable (%s); reconnecting in %.1f s", redact(first_line(exc)), delay)
+                why = "refused a statement" if db.statement_failed(exc) else "unavailable"
+                log.warning("database %s (%s); reconnecting in %.1f s", why, redact(first_line(exc)), delay)
                 self._drop_connections()
                 self.stop.wait(delay)
         self.prefetch.shutdown()
@@ -303,8 +304,12 @@ class Worker:
             ended = self._defer(job, str(exc))
         except (RpcError, ChainDataError) as exc:
             ended = self._give_back(job, str(exc))
-        except psycopg.OperationalError:
-            raise  # run() reconnects, then gives back every job held
+        except psycopg.OperationalError as exc:
+            if not db.statement_failed(exc) or self._conn is None or self._conn.broken:
+                raise  # run() reconnects, then gives back every job held
+            # The session lives on: the server refused this job's statement (out of shared memory
+            # for its lock table, a lock timeout). Reconnecting would only meet it again.
+            ended = self._give_back(job, f"database: {first_line(exc)}")
         except psycopg.Error as exc:
             ended = self._give_back(job, f"database: {first_line(exc)}")
         except Exception as exc:  # a bug or an unforeseen answer: keep it on the job, go on

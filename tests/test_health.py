@@ -127,6 +127,8 @@ def test_a_pool_whose_workers_keep_dying_restarts_them_ever_later_then_exits_say
     # Each slot's replacements wait 0.5 s, then 1 s, 2 s...: a handful in 4 s, not dozens.
     assert 4 <= len(restarts) <= 12, out
     assert {"0.5", "1", "2"} <= set(restarts), restarts
+    # The reaper meets the same missing table: it says so and tries again, its thread alive.
+    assert 'reaper: relation "jobs" does not exist' in out and "Exception in thread" not in out, out
     last = out.strip().splitlines()[-1]
     assert re.fullmatch(r"indexer work: error: every worker keeps dying within 60 s of its start \(\d+ deaths, the last "
                         r"with exit code 1; the log above says why\) \(INDEXER_GIVE_UP_SECONDS is 4\)", last), last

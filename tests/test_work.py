@@ -335,3 +335,36 @@ def test_no_worker_session_lingers_idle_in_a_transaction(db_url, conn, chain_nod
     # Between the statements of one batch a session is briefly "idle in transaction"; never for long.
     assert longest < 0.5
 
+
+
+def test_a_statement_the_server_refuses_gives_the_job_back_with_its_error_not_a_reconnect_loop(
+        db_url, conn, chain_node, work):
+    """The server cancels a worker's write (here a lock timeout; out of shared memory for its lock
+    table is the same: the session lives on). The job is given back with what the server said, as
+    for any database error, not taken for a lost database to reconnect to again and again."""
+    from indexer import db
+
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    conn.execute(f'ALTER DATABASE "{dbname}" SET lock_timeout = \'300ms\'')  # the sessions opened from now on
+    planner.plan(conn, 0, 5, 5)
+    with db.connect(db_url) as holder:
+        with holder.transaction():
+            holder.execute("LOCK TABLE blocks IN SHARE MODE")  # writes wait; reads, and LIKE, do not
+            w = work(db_url, chain_node.url, "--workers", "1", "--drain")
+            wait_for(lambda: "lock timeout" in w.output(), "a write to time out on its lock")
+    assert w.wait() == 0, w.output()  # the lock is gone: the job runs again and ends
+    out = w.output()
+    assert "job 1 given back: database: canceling statement due to lock timeout" in out, out
+    assert "database unavailable" not in out and "reconnecting" not in out, out
+    assert_matches_node(conn, chain_node.url, 0, 4)
+
+
+def test_the_cli_tells_a_statement_the_server_cancelled_from_a_lost_database(db_url, conn):
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    conn.execute(f'ALTER DATABASE "{dbname}" SET lock_timeout = \'200ms\'')
+    with psycopg.connect(db_url, autocommit=True) as holder, holder.transaction():
+        holder.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        result = run_indexer("plan", "--from", "0", "--to", "10", db_url=db_url)
+    assert result.returncode == 1, result.stderr
+    assert "canceling statement due to lock timeout" in result.stderr and "lost" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
