@@ -198,7 +198,7 @@ def test_a_database_with_unpartitioned_tables_migrates_in_place(blank_db_url):
                   for t in CHAIN_TABLES}
         assert [len(before[t]) for t in CHAIN_TABLES] == [3, 98, 291, 16, 143]
 
-        assert db.migrate(conn) == ["011_partitioned_chain_tables", "012_lz4_compression"]
+        assert db.migrate(conn) == migrations_from("011_partitioned_chain_tables")
         assert layout(conn) == {t: [(f"{t}_0", "FOR VALUES FROM ('0') TO ('18000001')"),
                                     (f"{t}_20000000", "FOR VALUES FROM ('20000000') TO ('21000000')")]
                                 for t in CHAIN_TABLES}
@@ -220,12 +220,17 @@ def test_a_database_with_unpartitioned_tables_migrates_in_place(blank_db_url):
         assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (4,)
 
 
+def migrations_from(first: str) -> list[str]:
+    """The migrations from `first` on: what `migrate` applies to a database migrated up to it."""
+    return [p.stem for p in db.migration_files() if p.stem >= first]
+
+
 def test_long_values_are_compressed_with_lz4_in_partitions_made_before_and_after_the_migration(blank_db_url):
     migrate_up_to(blank_db_url, "012")
     with db.connect(blank_db_url) as conn:
         store.prepare(conn)
         planner.plan(conn, 18_000_000, 18_000_001, 10)  # its partition made before lz4
-        assert db.migrate(conn) == ["012_lz4_compression"]
+        assert db.migrate(conn) == migrations_from("012_lz4_compression")
         planner.plan(conn, 47_218, 47_220, 10)  # and one after
         for name in ("mainnet-18000000", "mainnet-47218"):
             write(conn, load(name))

@@ -27,10 +27,10 @@ class Node:
     def hash(self, n: int) -> str:
         return stored_hash(n) if n < self.fork else stored_hash(n + 1_000_000)
 
-    def call(self, method: str, *params: Any) -> Any:
-        return self.batch([(method, params)])[0]
+    def call(self, method: str, *params: Any, parse: Any = None) -> Any:
+        return self.batch([(method, params)], parse=parse)[0]
 
-    def batch(self, calls: list[tuple[str, Any]]) -> list[Any]:
+    def batch(self, calls: list[tuple[str, Any]], parse: Any = None) -> list[Any]:
         self.calls += [method for method, _ in calls]
         answers = []
         for method, params in calls:
@@ -40,7 +40,7 @@ class Node:
             n = int(params[0], 16)
             answers.append(None if n == self.lacks or n > self.head else
                            {"number": hex(n), "hash": self.hash(n), "parentHash": self.hash(n - 1)})
-        return answers
+        return [parse(a) for a in answers] if parse else answers
 
 
 def test_the_orphans_are_planned_from_the_highest_stored_block_below_them_across_a_gap(conn):
