@@ -123,10 +123,13 @@ def test_a_pool_whose_workers_keep_dying_restarts_them_ever_later_then_exits_say
     conn.execute("ALTER TABLE jobs RENAME TO jobs_gone")  # each worker dies at its next claim, and so will any other
     assert w.wait(60) == 1, w.output()
     out = w.output()
-    restarts = re.findall(r"worker worker-\d exited with code 1; starting another in ([\d.]+) s", out)
-    # Each slot's replacements wait 0.5 s, then 1 s, 2 s...: a handful in 4 s, not dozens.
-    assert 4 <= len(restarts) <= 12, out
-    assert {"0.5", "1", "2"} <= set(restarts), restarts
+    restarts: dict[str, list[float]] = {}
+    for slot, delay in re.findall(r"worker (worker-\d) exited with code 1; starting another in ([\d.]+) s", out):
+        restarts.setdefault(slot, []).append(float(delay))
+    # Each slot's replacements wait 0.5 s, then 1 s, 2 s...: a handful in 4 s, not dozens (how
+    # many of them fit depends on how busy the machine is; their spacing does not).
+    assert restarts and all(delays == [0.5 * 2 ** i for i in range(len(delays))] for delays in restarts.values()), out
+    assert 2 <= sum(map(len, restarts.values())) <= 12, out
     # The reaper meets the same missing table: it says so and tries again, its thread alive.
     assert 'reaper: relation "jobs" does not exist' in out and "Exception in thread" not in out, out
     last = out.strip().splitlines()[-1]
