@@ -146,11 +146,12 @@ def head(client: RpcClient) -> int:
     return client.call("eth_blockNumber", parse=quantity)
 
 
-def safe_head(client: RpcClient, *, confirmations: int, use_finalized: bool) -> int:
-    """The highest block that may be indexed: the node's finalized block when asked for and
-    reported, otherwise the head minus `confirmations` (-1 when nothing is safe yet)."""
-    if use_finalized:
-        finalized = client.call("eth_getBlockByNumber", "finalized", False, parse=_block_number)
-        if finalized is not None:
-            return finalized
+def safe_head(client: RpcClient, *, confirmations: int, tag: str | None) -> int:
+    """The highest block that may be indexed: the node's block of `tag` ("finalized" or "safe")
+    when asked for and reported, otherwise the head minus `confirmations` (-1 when nothing is safe
+    yet)."""
+    if tag is not None:
+        tagged = client.call("eth_getBlockByNumber", tag, False, parse=_block_number)
+        if tagged is not None:
+            return tagged
     return head(client) - confirmations

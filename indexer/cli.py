@@ -139,9 +139,11 @@ def build_parser() -> Parser:
     p = commands.add_parser(
         "work",
         parents=[common],
-        help="run a pool of workers that index the planned jobs",
+        help="run a pool of workers that index the planned jobs (--follow: and the chain's new blocks)",
         description="Claim jobs, fetch their blocks, transactions, receipts and logs over JSON-RPC, "
-        "and write them to Postgres. Runs the reaper too. SIGTERM/SIGINT gives running jobs back and exits 0.",
+        "and write them to Postgres. Runs the reaper too. With --follow, the pool also keeps planning the new "
+        "blocks as the chain grows, forever, and rolls back the reorgs it meets (at most INDEXER_MAX_REORG_DEPTH "
+        "deep). SIGTERM/SIGINT gives running jobs back and exits 0.",
     )
     p.add_argument("--rpc-url", metavar="URL[,URL...]", help="overrides INDEXER_RPC_URL; several for failover")
     p.add_argument("--workers", type=worker_count, metavar="N",
@@ -150,6 +152,12 @@ def build_parser() -> Parser:
     p.add_argument("--drain", action="store_true",
                    help="exit when no job is pending or running (exit 1 if any failed), or exit 3 once the only "
                    "jobs left start beyond the safe head, saying which blocks wait for the chain to grow")
+    p.add_argument("--follow", action="store_true",
+                   help="index what is planned, then keep planning the chain's new blocks up to its safe head, "
+                   "forever (one pool of the fleet plans; every pool may be started so)")
+    p.add_argument("--from", dest="start", type=block_number, metavar="BLOCK",
+                   help="with --follow: the first block to follow from, where nothing above it is planned yet "
+                   "(default: the block above the highest planned)")
 
     commands.add_parser(
         "monitor",
@@ -288,7 +296,11 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    return pool.run(cfg, drain=args.drain)
+    if args.follow and args.drain:
+        return _usage_error(args.command, "--follow never ends and --drain ends once the queue is empty: give one of them")
+    if args.start is not None and not args.follow:
+        return _usage_error(args.command, "--from goes with --follow (a backfill's range is planned by `indexer plan`)")
+    return pool.run(cfg, drain=args.drain, follow=args.follow, follow_from=args.start)
 
 
 def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:

@@ -69,7 +69,8 @@ class Secrets:
 
     @classmethod
     def of(cls, cfg: _Configured) -> "Secrets":
-        return cls(cfg.rpc_urls, cfg.database_url)
+        ws_url = getattr(cfg, "ws_url", None)  # a WebSocket URL's key is as secret as the HTTP one's
+        return cls([*cfg.rpc_urls, *([ws_url] if ws_url else [])], cfg.database_url)
 
     def scrub(self, text: str) -> str:
         if self._pattern is not None:

@@ -98,6 +98,7 @@ class Rollback:
     anchor: int  # the highest stored block below the orphans; the node has it too
     orphans: list[Run]  # the stored blocks above it whose hash is not the node's
     depth: int  # from the anchor up to the highest orphan
+    canonical: dict[int, bytes]  # the node's hash of each orphan's height: a block stored since with it is no orphan
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence
         return Refusal(f"the orphans reach {depth:,} blocks above stored block {anchor:,}, the highest below them:"
                        f" deeper than the maximum of {max_depth:,}", depth)
     found: list[Run] = []
+    canonical: dict[int, bytes] = {}
     above: bytes | None = None  # the node's hash of the block below the one looked at
     for first in range(anchor, top + 1, window):
         last = min(top, first + window - 1)
@@ -174,6 +176,7 @@ def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence
                 return Refusal(f"the node's block {n:,} does not name its block {n - 1:,} as parent: its answers do not"
                                " form one chain (a node answering wrong hashes, or from two forks?)")
             elif n in stored and stored[n] != block_hash:
+                canonical[n] = block_hash
                 if found and found[-1][1] == n - 1:
                     found[-1] = (found[-1][0], n)
                 else:
@@ -181,4 +184,4 @@ def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence
             above = block_hash
     if found != list(orphans):
         return Refusal("the node's hashes changed since they were compared (a reorg under way?): compare again")
-    return Rollback(anchor, found, depth)
+    return Rollback(anchor, found, depth, canonical)

@@ -49,10 +49,10 @@ class SafeHead:
     """The highest block that may be indexed, asked of the node only when a job reaches past the
     one known already: a job inside it starts without a round trip to a busy node."""
 
-    def __init__(self, client: RpcClient, *, confirmations: int, use_finalized: bool) -> None:
+    def __init__(self, client: RpcClient, *, confirmations: int, tag: str | None) -> None:
         self.client = client
         self.confirmations = confirmations
-        self.use_finalized = use_finalized
+        self.tag = tag  # the node's tag read ("finalized", "safe"), or None: head - confirmations
         self.known: int | None = None  # it only grows
 
     def at_least(self, wanted: int) -> int:
@@ -60,16 +60,16 @@ class SafeHead:
         if self.known is not None and self.known >= wanted:
             return self.known
         try:
-            safe = chain.safe_head(self.client, confirmations=self.confirmations, use_finalized=self.use_finalized)
+            safe = chain.safe_head(self.client, confirmations=self.confirmations, tag=self.tag)
         except RpcError as exc:
             # Only a node that answers the question with an error ("finalized block not found"
             # before the merge, an unknown tag) cannot report one; a node that is down, rate
             # limited or talking nonsense is no reason to stop using it for good.
-            if not self.use_finalized or exc.kind not in (ERROR, UNSUPPORTED):
+            if self.tag is None or exc.kind not in (ERROR, UNSUPPORTED):
                 raise
-            log.warning("the node cannot report a finalized block; using head - %d", self.confirmations)
-            self.use_finalized = False
-            safe = chain.safe_head(self.client, confirmations=self.confirmations, use_finalized=False)
+            log.warning("the node cannot report a %s block; using head - %d", self.tag, self.confirmations)
+            self.tag = None
+            safe = chain.safe_head(self.client, confirmations=self.confirmations, tag=None)
         metrics.counted.safe_head.set(safe)
         self.known = safe
         return safe

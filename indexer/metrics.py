@@ -134,6 +134,32 @@ class Counted:
         self.blocks_unproven = Counter(
             "indexer_blocks_unproven", "Blocks written whose roots could not be recomputed (INDEXER_VERIFY_ROOTS),"
             " by reason", ["reason"], registry=None)
+        # -- by the head planner of a following pool (follow.py) and the rollbacks (rollback.py)
+        self.following = Gauge("indexer_following", "1 in a pool that follows the chain's head (indexer work --follow)",
+                               multiprocess_mode="livemax", registry=None)
+        self.planner_holding = Gauge(
+            "indexer_follow_planner", "1 in the pool whose head planner holds the fleet's planner lock and plans the"
+            " new blocks", multiprocess_mode="livemax", registry=None)
+        self.follow_head = Gauge("indexer_follow_head_block", "The node's latest block, as the head planner last saw it",
+                                 multiprocess_mode="livemax", registry=None)
+        self.follow_indexed_through = Gauge("indexer_follow_indexed_through_block",
+                                            "Every block up to this one is indexed (the following's frontier)",
+                                            multiprocess_mode="livemax", registry=None)
+        self.follow_decoded_through = Gauge("indexer_follow_decoded_through_block",
+                                            "Every block up to this one is indexed and its logs decoded",
+                                            multiprocess_mode="livemax", registry=None)
+        self.follow_lag_blocks = Gauge("indexer_follow_lag_blocks",
+                                       "The node's latest block minus the highest indexed without a gap",
+                                       multiprocess_mode="livemax", registry=None)
+        self.follow_lag_seconds = Gauge(
+            "indexer_follow_lag_seconds", "The time of the node's latest block minus the time of the highest block"
+            " indexed without a gap", multiprocess_mode="livemax", registry=None)
+        self.follow_halted = Gauge(
+            "indexer_follow_halted", "1 while the following is halted: a reorg deeper than INDEXER_MAX_REORG_DEPTH, or"
+            " a node that failed a rollback's checks (indexer status says what to run)", multiprocess_mode="livemax",
+            registry=None)
+        self.reorg_depth = Histogram("indexer_reorg_depth_blocks", "Reorgs rolled back, by depth (blocks)",
+                                     buckets=(1, 2, 3, 5, 10, 20, 64, 128, 256), registry=None)
         # -- by the reaper
         self.reaped = Counter("indexer_expired_leases", "Expired leases taken back by the reaper, by what became of the job",
                               ["outcome"], registry=None)

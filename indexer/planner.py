@@ -36,9 +36,19 @@ PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 # maximum at the top of the range.
 PLAN_JOBS = """
 WITH covered AS (
-    SELECT int8range(first_block, last_block, '[]') AS r
-    FROM block_ranges
-    WHERE first_block IS NOT NULL  -- a malformed job covers nothing
+    -- The block ranges of `block_ranges`, read here from the tables: the finished ones only from
+    -- the plan's start up (jobs_history_last_block_idx), so that a plan at the head of a followed
+    -- chain reads a few recent rows, not every month of history. Each live payload is read once
+    -- (OFFSET 0), as in the view. A malformed job covers nothing.
+    SELECT int8range(b.first, b.last, '[]') AS r
+    FROM jobs, LATERAL (SELECT job_block_number(payload->'from') AS first, job_block_number(payload->'to') AS last
+                        OFFSET 0) b
+    WHERE jobs.kind = 'index_blocks' AND b.first <= b.last
+    UNION ALL
+    SELECT int8range(job_block_number(payload->'from'), job_block_number(payload->'to'), '[]')
+    FROM jobs_history
+    WHERE kind = 'index_blocks' AND job_block_number(payload->'to') >= %(start)s::bigint
+      AND job_block_number(payload->'from') <= job_block_number(payload->'to')
 ),
 gaps AS MATERIALIZED (
     SELECT lower(u) AS lo, upper(u) AS hi

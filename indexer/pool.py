@@ -26,13 +26,14 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import os
 import sys
 import threading
 import time
 
 import psycopg
 
-from . import chain, db, health, metrics, queue, reaper, signals, store, worker
+from . import chain, db, follow, health, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -110,10 +111,11 @@ def stop_seconds(cfg: Settings) -> float:
     return max(10.0, cfg.rpc_timeout)
 
 
-def run(cfg: Settings, *, drain: bool) -> int:
-    """`indexer work`: the pool, its processes counting into one metrics directory."""
+def run(cfg: Settings, *, drain: bool, follow: bool = False, follow_from: int | None = None) -> int:
+    """`indexer work`: the pool, its processes counting into one metrics directory; with
+    `follow`, it plans the chain's new blocks too (`follow.py`)."""
     with metrics.shared_directory() as directory:
-        return Pool(cfg, drain=drain, metrics_directory=directory).run()
+        return Pool(cfg, drain=drain, metrics_directory=directory, follow=follow, follow_from=follow_from).run()
 
 
 def check_chain(cfg: Settings) -> int:
@@ -158,9 +160,12 @@ class Counters:
 
 
 class Pool:
-    def __init__(self, cfg: Settings, *, drain: bool, metrics_directory: str | None = None) -> None:
+    def __init__(self, cfg: Settings, *, drain: bool, metrics_directory: str | None = None,
+                 follow_from: int | None = None, follow: bool = False) -> None:
         self.cfg = cfg
         self.drain = drain
+        self.follow = follow
+        self.follow_from = follow_from
         self.metrics_directory = metrics_directory
         self.chain_id: int | None = None  # known once the checks pass; the roots check needs it
         # The first workers are plain forks of this process, made before it starts any thread
@@ -193,13 +198,13 @@ class Pool:
         if self.metrics_server is not None:
             # A worker that outlived the pool must not keep the metrics port from the next one.
             self.metrics_server.socket.close()
-        worker.main(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id)
+        worker.main(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id, self.follow)
 
     def _start(self, slot: int) -> None:
         """A replacement worker, from the fork server."""
         p = self.ctx.Process(
             target=worker.main,
-            args=(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id),
+            args=(self.cfg, self.drain, self.counters, self.metrics_directory, self.chain_id, self.follow),
             name=f"worker-{slot}",
             daemon=False,
         )
@@ -212,6 +217,10 @@ class Pool:
 
     def run(self) -> int:
         self.chain_id = check_chain(self.cfg)
+        if self.follow:
+            with db.connect(self.cfg.database_url) as conn:
+                start = follow.prepare(conn, self.follow_from)
+            log.info("following the chain's head: new blocks are planned from block %d on", start)
         database = None
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
@@ -231,6 +240,13 @@ class Pool:
         stop_reaping = threading.Event()
         reaping = threading.Thread(target=self._reap_every, args=(stop_reaping,), name="reaper", daemon=True)
         reaping.start()
+        planning = None
+        if self.follow:
+            client = RpcClient(self.cfg.rpc_urls, timeout=self.cfg.rpc_timeout, max_attempts=self.cfg.rpc_max_attempts,
+                               rate_limit=self.cfg.rpc_rate_limit, patience=self.cfg.lease_seconds / 2)
+            head_planner = follow.HeadPlanner(self.cfg, f"{self.cfg.worker_name}:{os.getpid()}", client)
+            planning = threading.Thread(target=head_planner.run, args=(stop_reaping,), name="head planner", daemon=True)
+            planning.start()
         progress = Progress(self.counters)
         try:
             while not self.stopping:
@@ -251,9 +267,11 @@ class Pool:
             self.dependencies.stop()
             if database is not None:
                 database.stop()
-            # A reap in progress (statements of bounded batches) ends within this; one stuck on a
-            # database that never answers is left to end with the process.
+            # A reap or a poll in progress (statements of bounded batches) ends within this; one
+            # stuck on a database that never answers is left to end with the process.
             reaping.join(10.0)
+            if planning is not None:
+                planning.join(10.0)
         if self.gave_up is not None:
             print(f"indexer work: error: {self.gave_up}", file=sys.stderr)
             return 1

@@ -11,11 +11,12 @@ import os
 import re
 import socket
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .urls import parse_urls
+from .urls import endpoint_label, parse_urls
 
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
 # tail of a backfill wait on a single worker.
@@ -115,7 +116,19 @@ class Settings(BaseSettings):
         12, ge=0, le=100_000,
         description="blocks below the head treated as safe when the node has no finalized block (0 to 100,000)"
     )
-    use_finalized: bool = Field(True, description="index only up to the node's finalized block when it reports one")
+    use_finalized: bool = Field(
+        True, description="index only up to the node's finalized block (or its safe block, INDEXER_FINALITY_TAG) when it"
+        " reports one; otherwise up to the head minus INDEXER_CONFIRMATIONS")
+    finality_tag: Literal["finalized", "safe"] = Field(
+        "finalized", description="the node's tag INDEXER_USE_FINALIZED reads: `finalized` (final: about 13 minutes behind"
+        " the head on Ethereum) or `safe` (attested by a majority, about a minute behind)")
+    head_poll_seconds: float = Field(
+        0.5, gt=0, le=MAX_SECONDS,
+        description="how often the head planner of `indexer work --follow` asks the node for its head (more than 0, at"
+        " most 3600 s): a new block is planned within this, and idle workers are woken at once (NOTIFY)")
+    ws_url: str | None = Field(
+        None, description="a WebSocket URL of the node (ws:// or wss://): `indexer work --follow` then also plans at each"
+        " new head the node announces (eth_subscribe newHeads), polling still as the fallback")
     max_reorg_depth: int = Field(
         DEFAULT_MAX_REORG_DEPTH, gt=0, le=1_000_000_000,
         description="the deepest reorg `indexer verify --against-node --repair` repairs without --max-depth: blocks"
@@ -168,6 +181,18 @@ class Settings(BaseSettings):
         if not value or any(c.isspace() or c in "/[]" for c in value):
             raise ValueError(f"not an address or host name to listen on: {value!r} (e.g. 127.0.0.1, 0.0.0.0 or ::)")
         return value
+
+    @field_validator("ws_url")
+    @classmethod
+    def _valid_ws_url(cls, value: str | None) -> str | None:
+        if value is not None and (urlsplit(value).scheme not in ("ws", "wss") or not urlsplit(value).hostname):
+            raise ValueError(f"not a ws:// or wss:// URL: {endpoint_label(value)[:60]!r}")
+        return value
+
+    @property
+    def safe_tag(self) -> str | None:
+        """The node's tag the safe head is read from, or None: the head minus the confirmations."""
+        return self.finality_tag if self.use_finalized else None
 
     @property
     def rpc_urls(self) -> list[str]:

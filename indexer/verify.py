@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator
 
 import psycopg
 
-from . import abi, chain, forks, queue, store, stored_roots
+from . import abi, chain, follow, forks, queue, store, stored_roots
 from .block_range import JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
@@ -318,6 +318,8 @@ class NodeReport:
     missing: int = 0  # blocks of the range, up to the node's head, with no row
     missing_runs: list[Run] = field(default_factory=list)  # the first SHOWN of them
     repaired_jobs: int | None = None  # with repair: the jobs planned
+    repaired_blocks: int = 0  # with repair: the orphans deleted
+    rollback: forks.Rollback | None = None  # with repair: what the node's checks allowed
     refused: forks.Refusal | None = None  # with repair: why nothing was deleted
 
     @property
@@ -388,23 +390,40 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
         if isinstance(plan, forks.Refusal):
             report.refused = plan
         else:
-            report.repaired_jobs = replan_orphans(conn, plan.orphans, repair.chunk, window=window)
+            report.rollback = plan
+            report.repaired_jobs, report.repaired_blocks = replan_orphans(conn, plan, repair.chunk, window=window)
     return report
 
 
-def replan_orphans(conn: psycopg.Connection, runs: list[Run], chunk: int, *, window: int = WINDOW) -> int:
-    """Deletes the rows of every block in `runs` and plans jobs for them, in one transaction.
-    Returns the number of jobs planned."""
+# The orphans as they are stored now, locked until the repair commits: a block written since the
+# comparison with the node's canonical hash (another repair, then its job) is no orphan any more.
+LOCK_ORPHANS = "SELECT number, hash FROM blocks WHERE number = ANY(%(numbers)s) ORDER BY number FOR UPDATE"
+
+
+def replan_orphans(conn: psycopg.Connection, plan: forks.Rollback, chunk: int, *,
+                   window: int = WINDOW) -> tuple[int, int]:
+    """Deletes the rows of every orphan of `plan` and plans jobs for them, in one transaction,
+    with the reorg recorded (`follow.record_reorg`, which also ends a halt of the following).
+    Under the plan lock, which serialises repairs, only the blocks still stored with a hash other
+    than the node's are orphans: two workers that met the same fork delete it once. Returns the
+    jobs planned and the blocks deleted."""
     with conn.transaction():
         conn.execute(PLAN_LOCK)
+        numbers = list(itertools.chain.from_iterable(range(first, last + 1) for first, last in plan.orphans))
+        orphans = []
+        for i in range(0, len(numbers), window):
+            rows = conn.execute(LOCK_ORPHANS, {"numbers": numbers[i:i + window]}).fetchall()
+            orphans += [n for n, h in rows if bytes(h) != plan.canonical.get(n)]
+        if not orphans:
+            return 0, 0
         planned = Planned(conn, chunk, window)
-        for run in runs:
+        for run in ranges(orphans):
             planned.add(run)
         planned.flush()
-        numbers = itertools.chain.from_iterable(range(first, last + 1) for first, last in runs)
-        while batch := list(itertools.islice(numbers, window)):
-            _delete(conn, batch, window)
-    return planned.jobs
+        _delete(conn, orphans, window)
+        follow.record_reorg(conn, anchor=plan.anchor, first=orphans[0], last=orphans[-1],
+                            depth=orphans[-1] - plan.anchor, rolled_back=True)
+    return planned.jobs, len(orphans)
 
 
 def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]:
@@ -423,7 +442,7 @@ def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]
     if not lines:
         lines.append(f"blocks {start:,}..{end - 1:,}: all {report.compared:,} stored block(s) have the node's hash")
     if report.repaired_jobs is not None:
-        lines.append(f"repair: deleted {report.orphaned.count:,} orphaned block(s) and planned"
+        lines.append(f"repair: deleted {report.repaired_blocks:,} orphaned block(s) and planned"
                      f" {report.repaired_jobs} job(s) for them")
     return lines
 

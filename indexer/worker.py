@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, decode_logs, endpoints, index_blocks, logs, metrics, partitions, queue, signals, store
+from . import db, decode_logs, endpoints, index_blocks, logs, metrics, partitions, queue, rollback, signals, store
 from .block_range import DECODE_LOGS, INDEX_PARTITION
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
@@ -83,20 +83,21 @@ _LOG_LINES = {
 
 class Worker:
     def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counters | None = None,
-                 chain_id: int | None = None) -> None:
+                 chain_id: int | None = None, follow: bool = False) -> None:
         self.cfg = cfg
         self.drain = drain
+        self.follow = follow  # reorgs met are rolled back here (`rollback.py`), not left to a person
         self.counters = counters
         # `locked_by`: the machine or pod (INDEXER_WORKER_NAME), then the process holding the job.
         self.name = f"{cfg.worker_name}:{os.getpid()}"
         self.stop = threading.Event()
         # Rate limits alone never fail a call; half a lease of nothing else gives the job back
         # in time, before the reaper would take it, attempt and all.
-        client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
-                           max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit, patience=cfg.lease_seconds / 2)
+        self.client = client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
+                                         max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit,
+                                         patience=cfg.lease_seconds / 2)
         self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
-        self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations,
-                                               use_finalized=cfg.use_finalized)
+        self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations, tag=cfg.safe_tag)
         self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots, chain_id=chain_id),
                                    in_flight=cfg.rpc_in_flight,
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
@@ -297,9 +298,13 @@ class Worker:
         except ForkMismatch as exc:
             # No attempt can link while the orphans are stored, and the repair that removes them
             # makes this very job link: it waits for that, however long, instead of failing.
-            log.warning("job %d: %s; deferred %g s with no attempt spent, until `%s` replaces the orphans",
-                        job.id, exc, self.cfg.defer_seconds, exc.repair_command(self.cfg.max_reorg_depth))
-            ended = self._defer(job, "its blocks do not link to the stored ones")
+            if self.follow:
+                rolled = rollback.roll_back(self.conn, self.client, exc, self.cfg)
+                ended = self._defer(job, f"{exc}; {rolled.detail}", delay=0.0 if rolled.done else None)
+            else:
+                log.warning("job %d: %s; deferred %g s with no attempt spent, until `%s` replaces the orphans",
+                            job.id, exc, self.cfg.defer_seconds, exc.repair_command(self.cfg.max_reorg_depth))
+                ended = self._defer(job, "its blocks do not link to the stored ones")
         except RateLimited as exc:  # backpressure, not this job's failure
             ended = self._defer(job, str(exc))
         except (RpcError, ChainDataError) as exc:
@@ -346,9 +351,9 @@ class Worker:
             return Ended(Outcome.LOST_CLAIM, f"its lease was taken back (it had failed: {error})")
         return Ended(Outcome.FAILED if status == JobStatus.FAILED else Outcome.GIVEN_BACK, error)
 
-    def _defer(self, job: Claim, why: str) -> Ended:
-        """Back to pending after INDEXER_DEFER_SECONDS, no attempt spent."""
-        if not queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds):
+    def _defer(self, job: Claim, why: str, *, delay: float | None = None) -> Ended:
+        """Back to pending after `delay` (INDEXER_DEFER_SECONDS by default), no attempt spent."""
+        if not queue.defer(self.conn, job, delay_seconds=self.cfg.defer_seconds if delay is None else delay):
             return LOST
         return Ended(Outcome.DEFERRED, self.secrets.scrub(why))
 
@@ -371,13 +376,13 @@ GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def main(cfg: Settings, drain: bool, counters: Counters | None, metrics_directory: str | None,
-         chain_id: int | None = None) -> None:
+         chain_id: int | None = None, follow: bool = False) -> None:
     """Entry point of a worker process started by the pool."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     if metrics_directory is not None:
         metrics.share_between_processes(metrics_directory)
     logs.configure(cfg.log_level, Secrets.of(cfg), "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
-    worker = Worker(cfg, drain=drain, counters=counters, chain_id=chain_id)
+    worker = Worker(cfg, drain=drain, counters=counters, chain_id=chain_id, follow=follow)
     signals.on_stop(worker.stop.set)
     raise SystemExit(worker.run())

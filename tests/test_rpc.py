@@ -461,11 +461,11 @@ def recorded(name: str) -> tuple[dict, list]:
 def test_a_head_that_is_not_a_hex_number_is_chain_data_naming_the_endpoint(chain_node, answer, shown):
     with FaultProxy(chain_node.url, results={"eth_blockNumber": answer}) as bad:
         with pytest.raises(chain.ChainDataError) as caught:
-            chain.safe_head(RpcClient([bad.url]), confirmations=0, use_finalized=False)
+            chain.safe_head(RpcClient([bad.url]), confirmations=0, tag=None)
         assert str(caught.value) == f"{bad.url}: eth_blockNumber answered {shown}: not a hex number"
         assert bad.calls["eth_blockNumber"] == 1  # not asked again: it would say the same
         with FaultProxy(chain_node.url) as good:  # another endpoint answers it
-            assert chain.safe_head(RpcClient([bad.url, good.url]), confirmations=0, use_finalized=False) == \
+            assert chain.safe_head(RpcClient([bad.url, good.url]), confirmations=0, tag=None) == \
                 chain_node.head()
 
 
@@ -476,7 +476,7 @@ def test_a_chain_id_or_finalized_block_that_is_not_a_hex_number_is_chain_data(ch
     with FaultProxy(chain_node.url, results={"eth_getBlockByNumber": {"number": "0xzz"}}) as proxy:
         with pytest.raises(chain.ChainDataError, match=f'^{proxy.url}: eth_getBlockByNumber answered {{"number":"0xzz"}}: '
                                                        "its number is not a hex number$"):
-            chain.safe_head(RpcClient([proxy.url]), confirmations=0, use_finalized=True)
+            chain.safe_head(RpcClient([proxy.url]), confirmations=0, tag="finalized")
 
 
 def test_mainnet_receipts_by_transaction_equal_the_block_s(caplog):

@@ -1,0 +1,342 @@
+"""Following the chain's head: `indexer work --follow`, the backfill its first phase.
+
+- One head planner for the fleet. Every pool that follows runs a `HeadPlanner` thread; only the
+  one holding PLANNER_LOCK (a session-level advisory lock, on the planner's own connection)
+  plans. A pool that dies closes its connection, which frees the lock, and another pool takes
+  it at its next poll; a host that vanishes is found out by TCP keepalives within seconds. A
+  holder that stalls (SIGSTOP, a paused VM) keeps its session, so a pool that finds the holder's
+  `follow_state.polled_at` older than a lease ends that session (`pg_terminate_backend`), which
+  frees the lock.
+- Each poll (INDEXER_HEAD_POLL_SECONDS, and at once when the node announces a new head over
+  INDEXER_WS_URL: `heads.py`) asks the node for its latest block and its safe head (the node's
+  finalized or safe block, or the head minus INDEXER_CONFIRMATIONS), and plans the blocks above
+  `follow_state.planned_through` up to the safe head (`planner.plan`, whose NOTIFY wakes the idle
+  workers), moving `planned_through` up in the same transaction. Jobs are cut on the chunk grid:
+  far behind the head whole chunks (catching up runs at backfill speed), at the head the few
+  blocks that came since the last poll. A finished range enqueues its decoding as it always does,
+  so decoded events follow too.
+- Reorgs at the head are met by the workers (the link check, `forks.check_links`) and rolled
+  back by them (`rollback.py`). One that cannot be rolled back (deeper than
+  INDEXER_MAX_REORG_DEPTH, or a node that fails the checks) halts the following: the planner
+  plans nothing more, `status` and the `indexer_follow_halted` metric say so and what to run,
+  until a repair (`indexer verify --against-node --repair`) clears `follow_state.halted_at`.
+
+Every poll also records where the fleet stands, for `indexer status` and the metrics: the node's
+head and its time, the blocks indexed and decoded without a gap, the lag in blocks and seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from . import chain, db, metrics, planner
+from .errors import IndexerError, first_line, redact
+from .rpc import RpcClient, RpcError
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# pg_try_advisory_lock(int, int): "skip", "head". Two keys, so that pg_locks shows them as classid
+# and objid, which the statement that ends a silent holder's session matches.
+PLANNER_LOCK_KEYS = {"k1": 0x736B6970, "k2": 0x68656164}
+TRY_PLANNER_LOCK = "SELECT pg_try_advisory_lock(%(k1)s, %(k2)s)"
+
+# A pool that finds the holder silent for `silent` seconds ends its session: the lock goes with it.
+END_SILENT_HOLDER = """
+SELECT pg_terminate_backend(l.pid)
+FROM pg_locks l JOIN follow_state f ON f.planner_pid = l.pid
+WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
+  AND f.polled_at < now() - make_interval(secs => %(silent)s)
+"""
+
+STATE = """
+SELECT planned_through, head, head_timestamp, safe_head, planner, polled_at, halted_at, halted_reason, halted_command
+FROM follow_state
+"""
+
+# What a fleet that starts following has planned already: once, when no pool followed before.
+HIGHEST_PLANNED = "SELECT max(last_block) FROM block_ranges"
+
+START = "INSERT INTO follow_state (planned_through) VALUES (%(through)s) ON CONFLICT (singleton) DO NOTHING"
+
+# `--from` above what was planned: the planner goes on from there (never back below it).
+SKIP_TO = "UPDATE follow_state SET planned_through = %(through)s WHERE planned_through < %(through)s"
+
+# In the transaction that plans the blocks up to `through`.
+ADVANCE = "UPDATE follow_state SET planned_through = %(through)s WHERE planned_through < %(through)s"
+
+# Each poll, whatever the node answered: the holder is alive.
+POLLED = """
+UPDATE follow_state
+SET planner = %(planner)s, planner_pid = pg_backend_pid(), polled_at = now(),
+    head = coalesce(%(head)s, head), head_timestamp = coalesce(%(head_timestamp)s, head_timestamp),
+    safe_head = coalesce(%(safe_head)s, safe_head)
+"""
+
+# The blocks indexed, and decoded, with no gap below them: up to the lowest block a live
+# `index_blocks` job (pending, running or failed) has still to write, else all that is planned;
+# decoding, up to the lowest block of a live `decode_logs` job. `run_at IS NOT NULL` keeps the
+# view to live jobs (its archived branch has no run_at), as `queue.BEYOND_THE_HEAD` does.
+THROUGH = """
+SELECT (SELECT min(greatest(coalesce(cursor, first_block), first_block)) FROM block_ranges
+        WHERE run_at IS NOT NULL AND first_block IS NOT NULL),
+       (SELECT min(job_block_number(payload->'from')) FROM jobs WHERE kind = 'decode_logs')
+"""
+
+BLOCK_TIME = "SELECT timestamp FROM blocks WHERE number = %(number)s"
+
+HALT = """
+UPDATE follow_state SET halted_at = now(), halted_reason = %(reason)s, halted_command = %(command)s
+WHERE halted_at IS NULL
+"""
+RESUME = "UPDATE follow_state SET halted_at = NULL, halted_reason = NULL, halted_command = NULL WHERE halted_at IS NOT NULL"
+
+RECORD_REORG = """
+INSERT INTO reorgs (anchor, first_block, last_block, depth, rolled_back, reason)
+VALUES (%(anchor)s, %(first)s, %(last)s, %(depth)s, %(rolled_back)s, %(reason)s)
+"""
+LAST_REORG = """
+SELECT detected_at, anchor, first_block, last_block, depth, rolled_back, reason FROM reorgs ORDER BY id DESC LIMIT 1
+"""
+
+
+@dataclass(frozen=True)
+class Reorg:
+    detected_at: datetime
+    anchor: int | None
+    first: int | None
+    last: int | None
+    depth: int | None
+    rolled_back: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class State:
+    """Where the following stands (one row, written by the planner holding the lock)."""
+
+    planned_through: int
+    head: int | None
+    head_timestamp: datetime | None
+    safe_head: int | None
+    planner: str | None
+    polled_at: datetime | None
+    halted_at: datetime | None
+    halted_reason: str | None
+    halted_command: str | None
+
+
+def state(conn: psycopg.Connection) -> State | None:
+    """None where no pool has followed (or the schema predates following)."""
+    if conn.execute("SELECT to_regclass('follow_state') IS NULL").fetchone()[0]:
+        return None
+    row = conn.execute(STATE).fetchone()
+    return State(*row) if row else None
+
+
+def last_reorg(conn: psycopg.Connection) -> Reorg | None:
+    if conn.execute("SELECT to_regclass('reorgs') IS NULL").fetchone()[0]:
+        return None
+    row = conn.execute(LAST_REORG).fetchone()
+    return Reorg(*row) if row else None
+
+
+def record_reorg(conn: psycopg.Connection, *, anchor: int | None, first: int | None, last: int | None,
+                 depth: int | None, rolled_back: bool, reason: str | None = None) -> None:
+    """Records a reorg met; a rollback also ends a halt (in the caller's transaction, the one
+    that deletes the orphans): the fork that halted the following may be this very one."""
+    conn.execute(RECORD_REORG, {"anchor": anchor, "first": first, "last": last, "depth": depth,
+                                "rolled_back": rolled_back, "reason": reason})
+    if rolled_back:
+        conn.execute(RESUME)
+        if depth is not None:
+            metrics.counted.reorg_depth.observe(depth)
+
+
+def halt(conn: psycopg.Connection, reason: str, command: str) -> bool:
+    """Stops the following until a repair: returns False if it was halted already."""
+    return conn.execute(HALT, {"reason": reason, "command": command}).rowcount > 0
+
+
+def prepare(conn: psycopg.Connection, start: int | None) -> int:
+    """Before a pool follows: the block the following plans from (the first not planned). Where
+    no pool followed before, it starts above what is planned, or at `start` (`--from`); a
+    `start` above where it stands moves it up. IndexerError when nothing is planned and no
+    `start` is given."""
+    current = state(conn)
+    if current is None:
+        highest = conn.execute(HIGHEST_PLANNED).fetchone()[0]
+        if highest is None and start is None:
+            raise IndexerError("nothing is planned yet, so there is no block to follow from: give `--from BLOCK`"
+                               " (or plan a backfill first with `indexer plan`)")
+        through = max(-1 if highest is None else highest, -1 if start is None else start - 1)
+        conn.execute(START, {"through": through})
+    elif start is not None:
+        conn.execute(SKIP_TO, {"through": start - 1})
+    return state(conn).planned_through + 1  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class Head:
+    number: int
+    timestamp: datetime | None
+
+
+def node_head(client: RpcClient) -> Head:
+    """The node's latest block: its number and time, in one call."""
+    return client.call("eth_getBlockByNumber", "latest", False, parse=_head)
+
+
+def _head(block: Any) -> Head:
+    if not isinstance(block, dict):
+        raise ValueError(f"the latest block is {str(block)[:40]!r}, not a block")
+    return Head(chain.quantity(block.get("number")), _time(block.get("timestamp")))
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(chain.quantity(value), timezone.utc)
+    except (ValueError, TypeError, OverflowError, OSError):
+        return None
+
+
+class HeadPlanner:
+    """The planner thread of one following pool (see the module's docstring)."""
+
+    def __init__(self, cfg: Settings, name: str, client: RpcClient, *, wake: threading.Event | None = None) -> None:
+        self.cfg = cfg
+        self.name = name
+        self.client = client
+        self.wake = wake or threading.Event()  # set by a newHeads subscription: poll now
+        self.holding = False
+        self._conn: psycopg.Connection | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        metrics.counted.following.set(1)
+        failures = 0
+        while not stop.is_set():
+            try:
+                self._once()
+                failures = 0
+                delay = self.cfg.head_poll_seconds
+            except psycopg.OperationalError as exc:
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("head planner: database unavailable (%s); again in %.1f s", redact(first_line(exc)), delay)
+                self._drop()
+            except psycopg.Error as exc:
+                delay = self.cfg.head_poll_seconds * 10
+                log.warning("head planner: %s", redact(first_line(exc)))
+                self._drop()
+            self.wake.wait(delay)
+            self.wake.clear()
+        self._drop()
+        metrics.counted.following.set(0)
+
+    def _connect(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            # Keepalives both ways: a holder whose host vanished loses its session (and the lock)
+            # within seconds, not after the kernel's two hours.
+            self._conn = psycopg.connect(
+                self.cfg.database_url, autocommit=True, application_name=f"indexer head planner {self.name}",
+                connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
+                options="-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+                        f" -c statement_timeout={db.WORKER_STATEMENT_TIMEOUT_MS}")
+            self.holding = False
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already broken
+                pass
+        self._conn = None
+        if self.holding:
+            log.info("head planner: no longer the fleet's planner")
+        self.holding = False
+        metrics.counted.planner_holding.set(0)
+
+    def _once(self) -> None:
+        conn = self._connect()
+        if not self.holding:
+            conn.execute(END_SILENT_HOLDER, PLANNER_LOCK_KEYS | {"silent": self.cfg.lease_seconds})
+            self.holding = bool(conn.execute(TRY_PLANNER_LOCK, PLANNER_LOCK_KEYS).fetchone()[0])
+            metrics.counted.planner_holding.set(1 if self.holding else 0)
+            if not self.holding:
+                return
+            log.info("head planner: this pool plans the new blocks of the fleet")
+        self.poll(conn)
+
+    def poll(self, conn: psycopg.Connection) -> None:
+        """One poll of the lock's holder: the node's head, the plan up to the safe head, and
+        where the fleet stands."""
+        head: Head | None = None
+        safe: int | None = None
+        try:
+            head = node_head(self.client)
+            safe = self._safe_head(head)
+        except RpcError as exc:  # the node may answer again; the holder stays alive meanwhile
+            log.warning("head planner: cannot ask the node for its head (%s)", redact(first_line(exc)))
+        current = state(conn)
+        if current is None:  # a database migrated but never prepared by this version: nothing to plan from
+            raise IndexerError("follow_state is empty: restart `indexer work --follow`")
+        if safe is not None and current.halted_at is None and safe > current.planned_through:
+            with conn.transaction():
+                planner.plan(conn, current.planned_through + 1, safe + 1, self.cfg.chunk,
+                             partition_blocks=self.cfg.partition_blocks, index_now=self.cfg.query_indexes == "during")
+                conn.execute(ADVANCE, {"through": safe})
+            log.debug("head planner: planned blocks %d..%d", current.planned_through + 1, safe)
+        conn.execute(POLLED, {"planner": self.name, "head": None if head is None else head.number,
+                              "head_timestamp": None if head is None else head.timestamp, "safe_head": safe})
+        self._measure(conn, head)
+
+    def _safe_head(self, head: Head) -> int:
+        if self.cfg.safe_tag is None:
+            return head.number - self.cfg.confirmations
+        return chain.safe_head(self.client, confirmations=self.cfg.confirmations, tag=self.cfg.safe_tag)
+
+    def _measure(self, conn: psycopg.Connection, head: Head | None) -> None:
+        through = progress(conn)
+        counted = metrics.counted
+        counted.follow_halted.set(1 if through.halted else 0)
+        counted.follow_indexed_through.set(through.indexed)
+        counted.follow_decoded_through.set(through.decoded)
+        if head is None:
+            return
+        counted.follow_head.set(head.number)
+        counted.follow_lag_blocks.set(max(0, head.number - through.indexed))
+        lag = through.lag_seconds(conn, head)
+        if lag is not None:
+            counted.follow_lag_seconds.set(lag)
+
+
+@dataclass(frozen=True)
+class Through:
+    indexed: int  # every block up to this one is indexed
+    decoded: int  # ... and decoded
+    halted: bool
+
+    def lag_seconds(self, conn: psycopg.Connection, head: Head) -> float | None:
+        """From the time of the newest block indexed without a gap to the time of the node's
+        newest block."""
+        row = conn.execute(BLOCK_TIME, {"number": self.indexed}).fetchone()
+        if row is None or head.timestamp is None:
+            return None
+        return max(0.0, (head.timestamp - row[0]).total_seconds())
+
+
+def progress(conn: psycopg.Connection) -> Through:
+    """The blocks indexed and decoded without a gap, as the following measures them."""
+    current = state(conn)
+    planned = -1 if current is None else current.planned_through
+    lowest_unindexed, lowest_undecoded = conn.execute(THROUGH).fetchone()
+    indexed = planned if lowest_unindexed is None else lowest_unindexed - 1
+    decoded = indexed if lowest_undecoded is None else min(indexed, lowest_undecoded - 1)
+    return Through(indexed, decoded, current is not None and current.halted_at is not None)

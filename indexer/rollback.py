@@ -1,0 +1,71 @@
+"""A reorg met while following the head, rolled back without a person.
+
+A worker whose batch does not link to the stored blocks beside it (`forks.ForkMismatch`) asks
+`roll_back` before it defers its job. The blocks around the one at fault, as deep as a rollback
+may go on either side of it (INDEXER_MAX_REORG_DEPTH), are compared with the node's canonical
+hashes (`verify.against_node`); the orphans found are deleted only if the node passes the checks
+of a manual repair (`forks.plan_rollback`: the chain the database records, its blocks linked from
+the fork point up, the fork point real, the depth within the bound), from every table that holds
+rows of a block, and planned again, in one transaction (`verify.replan_orphans`). The deferred job
+then links and completes.
+
+A rollback refused halts the following (`follow.halt`): nothing is deleted, the head planner plans
+nothing more, and `indexer status`, the log and `indexer_follow_halted` say what to run. While
+halted, workers meeting the fork only defer their jobs, and the node is not asked again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+from . import follow, forks, verify
+from .errors import IndexerError, redact
+from .rpc import RpcClient
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """What became of a fork met: `done` True when the job may run again at once (its orphans
+    are gone, by this worker or another), False when the following is halted."""
+
+    done: bool
+    detail: str
+
+
+def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkMismatch, cfg: Settings) -> RolledBack:
+    depth = cfg.max_reorg_depth
+    current = follow.state(conn)
+    if current is not None and current.halted_at is not None:
+        return RolledBack(False, f"the following is halted ({current.halted_reason}); run `{current.halted_command}`")
+    start, end = max(0, mismatch.stored - depth - 1), mismatch.stored + depth + 2
+    command = f"indexer verify --from {start} --to {end} --against-node --repair"
+    try:
+        report = verify.against_node(conn, client, start, end, repair=verify.Repair(cfg.chunk, depth))
+    except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted
+        return _refused(conn, mismatch.stored, None, str(exc), command)
+    if report.refused is not None:
+        if report.refused.depth is not None:
+            command += f" --max-depth {report.refused.depth}"
+        return _refused(conn, mismatch.stored, report.refused.depth, report.refused.reason, command)
+    if report.rollback is not None and report.repaired_blocks:
+        plan = report.rollback
+        log.warning("reorg rolled back: %d orphaned block(s) above block %d (depth %d) deleted and planned again",
+                    report.repaired_blocks, plan.anchor, plan.depth)
+        return RolledBack(True, f"rolled back a reorg of depth {plan.depth} above block {plan.anchor}")
+    # No orphan left: another worker rolled this fork back, or the node has moved on again.
+    return RolledBack(True, "no orphan left to roll back")
+
+
+def _refused(conn: psycopg.Connection, at: int, depth: int | None, reason: str, command: str) -> RolledBack:
+    reason = redact(reason)
+    with conn.transaction():
+        if follow.halt(conn, reason, command):
+            follow.record_reorg(conn, anchor=None, first=at, last=at, depth=depth, rolled_back=False, reason=reason)
+            log.error("reorg NOT rolled back: %s; nothing deleted, the following is halted: run `%s`", reason, command)
+    return RolledBack(False, f"the following is halted: {reason}")
