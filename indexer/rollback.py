@@ -23,7 +23,8 @@ import psycopg
 
 from . import follow, forks, verify
 from .errors import IndexerError, redact
-from .rpc import RpcClient
+from .rows import ChainDataError
+from .rpc import RpcClient, RpcError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RolledBack:
     """What became of a fork met: `done` True when the job may run again at once (its orphans
-    are gone, by this worker or another), False when the following is halted."""
+    are gone, by this worker or another); False when it must wait (the following is halted, or
+    the node could not be asked now)."""
 
     done: bool
     detail: str
@@ -47,6 +49,8 @@ def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkM
     command = f"indexer verify --from {start} --to {end} --against-node --repair"
     try:
         report = verify.against_node(conn, client, start, end, repair=verify.Repair(cfg.chunk, depth))
+    except (RpcError, ChainDataError) as exc:  # the node cannot be asked now: the job waits and tries again
+        return RolledBack(False, f"cannot roll back now: {redact(str(exc))}")
     except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted
         return _refused(conn, mismatch.stored, None, str(exc), command)
     if report.refused is not None:
