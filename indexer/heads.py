@@ -16,12 +16,16 @@ What the thread logs names the node by its label (scheme://host:port, `urls.endp
 providers put their keys in the URL's path, query or user part, and the text of an exception or
 of the node's answer is scrubbed of them as well. A failure is a warning once; the same failure
 again at each retry is logged at DEBUG, so that a node that never allows subscriptions says so
-once, not twice a minute. Heads arriving again after a failure are logged once.
+once, not twice a minute. Heads arriving again after a failure are logged once. The WebSocket
+library's own lines below INFO (each frame, and the handshake's headers: a URL's user:password is
+one, in base64) are never logged (CONNECTION_LOG).
 
-The thread sees the stop event within WATCH_SECONDS while it waits for a message or a retry; a
-connection being opened at that moment takes up to OPEN_SECONDS, which the pool does not wait
-for: the thread holds nothing of the fleet (no database session, no lock) and ends with the
-process.
+The thread sees the stop event within WATCH_SECONDS while it waits for a head or a retry; a
+connection being opened, or a subscription being answered, at that moment takes up to
+OPEN_SECONDS or ANSWER_SECONDS, which the pool does not wait for (STOP_SECONDS): the thread holds
+nothing of the fleet (no database session, no lock) and ends with the process. Whatever goes
+wrong in it, an error of its own included, ends in a retry, never in the thread's death (whose
+traceback would not go through the log's scrubbing).
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ class HeadSubscription:
                 return
             except Lost as lost:
                 why = str(lost)
+            except Exception as exc:  # a bug or a library's surprise: polling still finds every head
+                why = f"{type(exc).__name__}: {self._scrubbed(first_line(exc))}"
             finally:
                 metrics.counted.subscribed.set(0)
             if self._heard:  # it was working: a new run of failures, and a new warning

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 import requests
 
+from indexer.heads import MAX_RETRY_SECONDS, RETRY_SECONDS, retry_delay
 from indexer.testing.anvil import Anvil, free_port
 from indexer.testing.waiting import wait_for
 from indexer.testing.ws_proxy import WsProxy
@@ -113,3 +114,11 @@ def test_the_urls_key_and_password_never_appear_in_the_log_even_at_debug(db_url,
         assert f"head subscription at {proxy.url}:" in log
         for secret in (KEY, PASSWORD, base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()):
             assert secret not in log
+
+
+def test_retries_back_off_exponentially_up_to_a_cap_with_jitter():
+    for failures in range(1, 40):
+        full = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** (failures - 1))
+        assert full / 2 <= retry_delay(failures) <= full
+    assert len({retry_delay(30) for _ in range(20)}) > 1  # pools retrying together spread out
+    assert retry_delay(1000) <= MAX_RETRY_SECONDS
