@@ -158,6 +158,13 @@ class Counted:
             "indexer_follow_halted", "1 while the following is halted: a reorg deeper than INDEXER_MAX_REORG_DEPTH, or"
             " a node that failed a rollback's checks (indexer status says what to run)", multiprocess_mode="livemax",
             registry=None)
+        self.new_heads = Counter(
+            "indexer_follow_new_heads", "New heads the node announced over INDEXER_WS_URL (eth_subscribe newHeads),"
+            " each waking the head planner", registry=None)
+        self.subscribed = Gauge(
+            "indexer_follow_subscribed", "1 while the pool's newHeads subscription over INDEXER_WS_URL is open; 0 while"
+            " it is being opened again, polling alone finding the new heads meanwhile", multiprocess_mode="livemax",
+            registry=None)
         self.reorg_depth = Histogram("indexer_reorg_depth_blocks", "Reorgs rolled back, by depth (blocks)",
                                      buckets=(1, 2, 3, 5, 10, 20, 64, 128, 256), registry=None)
         # -- by the reaper
