@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
 
-from . import chain, db, metrics, planner
+from . import chain, db, heads, metrics, planner
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient, RpcError
 from .settings import Settings
@@ -206,6 +207,39 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+# Polls at most this often, however often the node announces a head: a fast chain's wakes merge.
+MIN_POLL_GAP = 0.1
+
+
+class Following:
+    """The threads of a following pool: its head planner, and, with INDEXER_WS_URL, the node's
+    newHeads subscription (`heads.py`) that wakes it at each new head. They end when `stop` is
+    set and `join` is called."""
+
+    def __init__(self, cfg: Settings, name: str, stop: threading.Event) -> None:
+        client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
+                           rate_limit=cfg.rpc_rate_limit, patience=cfg.lease_seconds / 2)
+        self.planner = HeadPlanner(cfg, name, client)
+        self.stop = stop
+        self._planning = threading.Thread(target=self.planner.run, args=(stop,), name="head planner", daemon=True)
+        self._planning.start()
+        self._listening: threading.Thread | None = None
+        if cfg.ws_url:
+            subscription = heads.HeadSubscription(cfg.ws_url, self.planner.wake)
+            self._listening = threading.Thread(target=subscription.run, args=(stop,), name="head subscription",
+                                               daemon=True)
+            self._listening.start()
+
+    def join(self) -> None:
+        """Once `stop` is set: the planner is woken from its wait, a poll in progress (statements
+        and node calls of bounded time) ends; a subscription being opened holds nothing of the
+        fleet and ends with the process."""
+        self.planner.wake.set()
+        self._planning.join(10.0)
+        if self._listening is not None:
+            self._listening.join(heads.STOP_SECONDS)
+
+
 class HeadPlanner:
     """The planner thread of one following pool (see the module's docstring)."""
 
@@ -234,8 +268,10 @@ class HeadPlanner:
                 delay = self.cfg.head_poll_seconds * 10
                 log.warning("head planner: %s", redact(first_line(exc)))
                 self._drop()
+            polled = time.monotonic()
             self.wake.wait(delay)
             self.wake.clear()
+            stop.wait(max(0.0, MIN_POLL_GAP - (time.monotonic() - polled)))
         self._drop()
         metrics.counted.following.set(0)
 

@@ -33,7 +33,7 @@ import time
 
 import psycopg
 
-from . import chain, db, follow, health, heads, metrics, queue, reaper, signals, store, worker
+from . import chain, db, follow, health, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -221,6 +221,8 @@ class Pool:
             with db.connect(self.cfg.database_url) as conn:
                 start = follow.prepare(conn, self.follow_from)
             log.info("following the chain's head: new blocks are planned from block %d on", start)
+        elif self.cfg.ws_url:
+            log.info("INDEXER_WS_URL is read by `indexer work --follow` only: this pool does not follow")
         database = None
         if self.cfg.db_metrics:
             database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
@@ -240,19 +242,7 @@ class Pool:
         stop_reaping = threading.Event()
         reaping = threading.Thread(target=self._reap_every, args=(stop_reaping,), name="reaper", daemon=True)
         reaping.start()
-        planning = listening = None
-        if self.follow:
-            client = RpcClient(self.cfg.rpc_urls, timeout=self.cfg.rpc_timeout, max_attempts=self.cfg.rpc_max_attempts,
-                               rate_limit=self.cfg.rpc_rate_limit, patience=self.cfg.lease_seconds / 2)
-            head_planner = follow.HeadPlanner(self.cfg, f"{self.cfg.worker_name}:{os.getpid()}", client)
-            planning = threading.Thread(target=head_planner.run, args=(stop_reaping,), name="head planner", daemon=True)
-            planning.start()
-            # The node's newHeads subscription (heads.py) wakes the planner at each new head.
-            if self.cfg.ws_url:
-                subscription = heads.HeadSubscription(self.cfg.ws_url, head_planner.wake)
-                listening = threading.Thread(target=subscription.run, args=(stop_reaping,), name="head subscription",
-                                             daemon=True)
-                listening.start()
+        following = follow.Following(self.cfg, f"{self.cfg.worker_name}:{os.getpid()}", stop_reaping) if self.follow else None
         progress = Progress(self.counters)
         try:
             while not self.stopping:
@@ -276,10 +266,8 @@ class Pool:
             # A reap or a poll in progress (statements of bounded batches) ends within this; one
             # stuck on a database that never answers is left to end with the process.
             reaping.join(10.0)
-            if planning is not None:
-                planning.join(10.0)
-            if listening is not None:  # holds nothing of the fleet: a connection being opened ends with the process
-                listening.join(heads.STOP_SECONDS)
+            if following is not None:
+                following.join()
         if self.gave_up is not None:
             print(f"indexer work: error: {self.gave_up}", file=sys.stderr)
             return 1
