@@ -357,7 +357,7 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     stop = threading.Event()
     signals.on_stop(stop.set)
     with db.connect(cfg.database_url) as conn:
-        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop)
+        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
     return 0
 
 
