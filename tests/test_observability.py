@@ -43,9 +43,18 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    return [(p["title"], t["expr"]) for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
+FOLLOWING_ROW = "Following the head"
+
+
+def panel_queries() -> list[tuple[str, str, str]]:
+    """(row, panel, query) of every query of the dashboard, the rows in their order on the page."""
+    found, row = [], ""
+    for p in json.loads(DASHBOARD.read_text())["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        else:
+            found += [(row, p["title"], t["expr"]) for t in p["targets"]]
+    return found
 
 
 def test_promtool_accepts_the_config_and_the_rules():
@@ -79,7 +88,7 @@ def test_the_dashboard_is_valid_and_uses_the_provisioned_datasource():
     refs += [t["datasource"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
     refs.append(variables["instance"]["datasource"])
     assert all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs)
-    assert {"Queue health", "Throughput and ETA", "RPC", "Database health"} <= {
+    assert {"Queue health", "Throughput and ETA", "RPC", "Database health", FOLLOWING_ROW} <= {
         p["title"] for p in dashboard["panels"] if p["type"] == "row"}
     dashboards = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "skiplock-indexer.yml").read_text())
     assert dashboards["providers"][0]["type"] == "file"
@@ -97,7 +106,7 @@ def test_every_panel_says_what_it_shows_and_what_to_do_when_it_looks_wrong():
 def test_every_metric_the_code_defines_is_on_the_dashboard():
     source = (REPO / "indexer" / "metrics.py").read_text()
     defined = set(re.findall(r'"(indexer_[a-z_]+)"', source))
-    queries = " ".join(q for _, q in panel_queries())
+    queries = " ".join(q for _, _, q in panel_queries())
     missing = {m for m in defined if m not in queries}
     assert not missing, f"metrics without a panel: {sorted(missing)}"
 
@@ -259,7 +268,8 @@ def longer_chain():
 def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for, work):
     """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
     a rate limit), a worker killed mid-job (expired leases), a job no worker can run (failed). Then
-    every query of every panel, evaluated by a real Prometheus, must return data."""
+    every query of every panel, evaluated by a real Prometheus, must return data (but those of the
+    following of the head, which a backfill does not do: the next test)."""
     head = longer_chain.head()
     port = free_port()
     prometheus = prometheus_for(f"127.0.0.1:{port}")
@@ -284,13 +294,65 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
                          "increase(indexer_expired_leases_total[1h]) > 0"):
                 wait_for(lambda expr=expr: query(prometheus, expr), f"Prometheus to see {expr}", timeout=60)
             time.sleep(2)
-            empty = [(title, expr) for title, expr in panel_queries()
-                     if not query(prometheus, expr.replace("$instance", ".*"))]
+            empty = [(title, expr) for row, title, expr in panel_queries()
+                     if row != FOLLOWING_ROW and not query(prometheus, expr.replace("$instance", ".*"))]
             # That job failed: its alert is pending (it fires after a minute).
             wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}'), "the failed-jobs alert")
         finally:
             w.kill()
     assert not empty, f"panels without data: {empty}"
+
+
+def test_the_following_row_shows_a_fleet_following_a_node_through_two_reorgs(db_url, prometheus_for, work):
+    """A pool follows a node whose chain reorganises twice: within INDEXER_MAX_REORG_DEPTH (rolled
+    back), then deeper (the following halts). Every query of the row, evaluated by a real
+    Prometheus, returns data, and what the node and the database say; the halt fires its alert."""
+    queries = {(title, expr) for row, title, expr in panel_queries() if row == FOLLOWING_ROW}
+
+    def panel(title: str, legend: str | None = None) -> list:
+        dashboard = json.loads(DASHBOARD.read_text())
+        (p,) = [p for p in dashboard["panels"] if p["title"] == title]
+        (expr,) = [t["expr"] for t in p["targets"] if legend is None or t["legendFormat"] == legend]
+        return query(prometheus, expr.replace("$instance", ".*"))
+
+    def value(title: str, legend: str | None = None) -> float | None:
+        found = panel(title, legend)
+        return float(found[0]["value"][1]) if found else None
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8)
+        head = node.head()
+        port = free_port()
+        prometheus = prometheus_for(f"127.0.0.1:{port}")
+        w = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_METRICS_PORT=str(port),
+                 INDEXER_MAX_REORG_DEPTH="3")
+        try:
+            heights = "Node's head, indexed through and decoded through"
+            wait_for(lambda: value(heights, "decoded through") == head, "the following to catch up", timeout=60)
+            # Seen at 0 before the reorg, the histogram's increase counts it.
+            wait_for(lambda: query(prometheus, "indexer_reorg_depth_blocks_count == 0"), "the reorg histogram")
+            node.reorg(2)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, "indexer_reorg_depth_blocks_count > 0"), "the reorg to be rolled back")
+            node.reorg(5)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerFollowHalted", alertstate="firing"}'),
+                     "the halt's alert")
+            node.mine(2)
+            wait_for(lambda: value(heights, "node's head") == head + 4, "Prometheus to see the new head")
+            empty = [(title, expr) for title, expr in queries if not query(prometheus, expr.replace("$instance", ".*"))]
+            assert not empty, f"panels without data: {empty}"
+            # The block the halt left indexed: the one the rolled back reorg planned again.
+            assert (value(heights, "indexed through"), value("Lag behind the head (blocks)")) == (head + 1, 3)
+            assert value("Lag behind the head (seconds)") > 0
+            assert value("Following halted") == 1
+            by_depth = {r["metric"]["le"]: float(r["value"][1]) for r in panel("Reorgs rolled back, by depth (last hour)")}
+            assert by_depth["1.0"] == 0 and by_depth["2.0"] > 0  # the one rolled back was 2 deep
+            lock = "Planner lock: which pool plans the new blocks"
+            assert [r["value"][1] for r in panel(lock, "{{instance}}")] == ["1"]
+            assert (value(lock, "pools following"), value(lock, "planners")) == (1, 1)
+        finally:
+            w.kill()
 
 
 def test_monitor_serves_the_database_gauges_alone(db_url, conn):
