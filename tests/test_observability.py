@@ -27,6 +27,8 @@ from indexer.testing.waiting import wait_for
 from indexer.testing.work import INDEXER as INDEXER_BIN
 from indexer.testing.work import running_job
 
+from .conftest import run_indexer
+
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "skiplock-indexer.json"
 PROMTOOL = shutil.which("promtool") or "promtool"
@@ -219,12 +221,12 @@ def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node, work):
 def prometheus_for():
     started = []
 
-    def start(target: str) -> str:
+    def start(*targets: str) -> str:
         config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         config["rule_files"] = [str(DEPLOY / "prometheus" / "alerts.yml")]
         (job,) = config["scrape_configs"]
-        config["scrape_configs"] = [{"job_name": job["job_name"], "static_configs": [{"targets": [target]}]}]
+        config["scrape_configs"] = [{"job_name": job["job_name"], "static_configs": [{"targets": list(targets)}]}]
         workdir = Path(tempfile.mkdtemp(prefix="prometheus-"))
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
@@ -353,6 +355,64 @@ def test_the_following_row_shows_a_fleet_following_a_node_through_two_reorgs(db_
             assert (value(lock, "pools following"), value(lock, "planners")) == (1, 1)
         finally:
             w.kill()
+
+
+def test_a_halt_repaired_after_the_planner_moved_to_another_pool_ends_on_the_dashboard_and_its_alert(
+        db_url, conn, prometheus_for, work):
+    """Two pools follow; a reorg deeper than the bound halts the following while pool a plans;
+    then pool b takes the planner lock, and the command `indexer status` gives repairs the fork.
+    Pool a keeps the values it measured while it planned: the dashboard and the alert must go by
+    the pool that plans now."""
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8)
+        ports = {"a": free_port(), "b": free_port()}
+        instance = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+        prometheus = prometheus_for(*instance.values())
+
+        def planner() -> str:
+            return (conn.execute("SELECT planner FROM follow_state").fetchone() or ("",))[0] or ""
+
+        def halted() -> float | None:
+            (p,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == "Following halted"]
+            found = query(prometheus, p["targets"][0]["expr"].replace("$instance", ".*"))
+            return float(found[0]["value"][1]) if found else None
+
+        pools = {}
+        for name in ("a", "b"):
+            pools[name] = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1",
+                               INDEXER_METRICS_PORT=str(ports[name]), INDEXER_WORKER_NAME=name,
+                               INDEXER_MAX_REORG_DEPTH="3")
+            if name == "a":
+                wait_for(lambda: planner().startswith("a:"), "pool a to plan")
+        try:
+            head = node.head()
+            wait_for(lambda: query(prometheus, f"indexer_follow_indexed_through_block == {head}"), "the following")
+            node.reorg(5)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, f'indexer_follow_halted{{instance="{instance["a"]}"}} == 1'),
+                     "pool a to measure the halt")
+            wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerFollowHalted", alertstate="firing"}'),
+                     "the halt's alert")
+
+            def moved() -> bool:  # pool a's planner loses its session, as it would its database connection
+                if planner().startswith("a:"):
+                    conn.execute("SELECT pg_terminate_backend(planner_pid) FROM follow_state")
+                return planner().startswith("b:")
+
+            wait_for(moved, "pool b to take the planner lock")
+            wait_for(lambda: query(prometheus, f'indexer_follow_planner{{instance="{instance["b"]}"}} == 1'
+                                               f' and indexer_follow_halted{{instance="{instance["b"]}"}} == 1'),
+                     "Prometheus to see pool b plan, halted")
+            assert halted() == 1
+            (command,) = conn.execute("SELECT halted_command FROM follow_state").fetchone()
+            repair = run_indexer(*command.split()[1:], db_url=db_url, env={"INDEXER_RPC_URL": node.url})
+            # Exit 1: the blocks above the fork, never indexed while halted, are reported missing.
+            assert "repair: deleted 5 orphaned block(s)" in repair.stdout, repair.stdout + repair.stderr
+            wait_for(lambda: halted() == 0, "the dashboard to show the following going on")
+            wait_for(lambda: not query(prometheus, 'ALERTS{alertname="IndexerFollowHalted"}'), "the alert to end")
+        finally:
+            for pool in pools.values():
+                pool.kill()
 
 
 def test_monitor_serves_the_database_gauges_alone(db_url, conn):
