@@ -197,7 +197,8 @@ def render(st: Status) -> str:
     p = st.progress
     if p.planned_blocks:
         lines.append(f"blocks   {p.indexed_blocks:>10,} of {p.planned_blocks:,} indexed ({p.percent_done:.1f}%)")
-        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s {_speed_span(st)}; {_what_is_left(p)}")
+        halted = st.following is not None and st.following.state.halted_at is not None
+        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s {_speed_span(st)}; {_what_is_left(p, halted)}")
     else:
         lines.append("blocks   nothing planned yet: run `indexer plan --from A --to B`")
     if st.following is not None:
@@ -284,10 +285,12 @@ def _speed_span(st: Status) -> str:
     return f"over {over} {duration(p.speed_window_seconds)} of indexing, which ended {duration(ago)} ago"
 
 
-def _what_is_left(p: Progress) -> str:
-    """The ETA of the blocks the workers can index now, and the block the rest waits for."""
-    waits = f"waiting for block {p.waiting_for_block:,} (past the chain's safe head)" \
-        if p.waiting_for_block is not None else ""
+def _what_is_left(p: Progress, halted: bool = False) -> str:
+    """The ETA of the blocks the workers can index now, and the block the rest waits for: the
+    chain's, or, while the following is halted, the repair of the fork its workers met there
+    (they put such a job back as they do one past the safe head)."""
+    why = "the following is halted: see the first line" if halted else "past the chain's safe head"
+    waits = f"waiting for block {p.waiting_for_block:,} ({why})" if p.waiting_for_block is not None else ""
     if not p.remaining_blocks:
         return "every planned block is indexed" if p.indexed_blocks == p.planned_blocks else \
             "nothing left to run: the failed jobs' blocks wait for `indexer retry --failed`"

@@ -244,6 +244,8 @@ def test_status_while_following_shows_the_head_the_lag_the_reorgs_and_what_to_ru
         assert re.fullmatch(r"FOLLOWING HALTED [0-9.]+ s ago: .+", lines[0]) and lines[0].endswith(f": {reason}")
         assert lines[1] == f"  nothing more is planned until a repair; run: {command}"
         assert f"lag      4 blocks, {halted['lag_seconds']:.0f} s behind the node's head" in lines
+        (speed,) = [line for line in lines if line.startswith("speed ")]
+        assert speed.endswith(f"; waiting for block {head + 2} (the following is halted: see the first line)"), speed
 
         # The fleet stops: a lease later, no pool plans.
         w.kill()

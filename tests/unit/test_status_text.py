@@ -166,6 +166,10 @@ def test_a_halted_following_comes_first_with_the_command_to_run():
                          f"  nothing more is planned until a repair; run: {command}",
                          "jobs            pending    running       done     failed"]
     assert f"reorg    the last one 3 min 00 s ago: block 2,000, 70 blocks deep, refused ({reason})" in lines
+    # The job that met the fork waits for the repair, not for the chain.
+    waiting = Progress(2_000, 2_000, 8, 1_999, 3.0, 300.0, waiting_for_block=2_000, waiting_blocks=8)
+    assert speed_line(Status(AT, IDLE, waiting, 0, [], following=st.following)).endswith(
+        "; waiting for block 2,000 (the following is halted: see the first line)")
     record = as_json(st)["following"]
     assert record["halted"] == {"at": "2026-12-03T11:57:00+00:00", "reason": reason, "command": command}
     assert (record["last_reorg"]["rolled_back"], record["last_reorg"]["reason"]) == (False, reason)
