@@ -18,11 +18,11 @@ from typing import Any, TextIO
 import psycopg
 
 from . import endpoints, follow, partitions, progress, queue
-from .wording import counted
 from .block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND
 from .partitions import Partition
 from .progress import Progress
 from .states import JobStatus
+from .wording import counted
 
 # On a terminal, --watch redraws in place: cursor home, clear to the end of the screen.
 REDRAW = "\033[H\033[J"
@@ -285,7 +285,7 @@ def _speed_span(st: Status) -> str:
     return f"over {over} {duration(p.speed_window_seconds)} of indexing, which ended {duration(ago)} ago"
 
 
-def _what_is_left(p: Progress, halted: bool = False) -> str:
+def _what_is_left(p: Progress, halted: bool) -> str:
     """The ETA of the blocks the workers can index now, and the block the rest waits for: the
     chain's, or, while the following is halted, the repair of the fork its workers met there
     (they put such a job back as they do one past the safe head)."""
