@@ -231,7 +231,9 @@ def build_parser() -> Parser:
         "building its query indexes), blocks indexed of planned, the speed (over the last 5 minutes, or over "
         "the time the indexing ran once it has ended), the ETA or the block that jobs wait for the chain to "
         "reach, the partitions, the oldest pending job's wait, expired leases, the RPC endpoints' rates and the "
-        "failed jobs with their last error.",
+        "failed jobs with their last error. Once a pool has followed the chain's head (work --follow): the "
+        "node's head, the pool that plans, the blocks indexed and decoded through, the lag in blocks and seconds "
+        "and the last reorg; a halted following comes first, with the command that lets it go on.",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (one per refresh with --watch)")
     p.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, metavar="SECONDS",
@@ -357,7 +359,7 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     stop = threading.Event()
     signals.on_stop(stop.set)
     with db.connect(cfg.database_url) as conn:
-        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop)
+        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
     return 0
 
 

@@ -17,11 +17,12 @@ from typing import Any, TextIO
 
 import psycopg
 
-from . import endpoints, partitions, progress, queue
+from . import endpoints, follow, partitions, progress, queue
 from .block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND
 from .partitions import Partition
 from .progress import Progress
 from .states import JobStatus
+from .wording import counted
 
 # On a terminal, --watch redraws in place: cursor home, clear to the end of the screen.
 REDRAW = "\033[H\033[J"
@@ -41,6 +42,38 @@ ByKind = dict[str, dict[JobStatus, int]]
 
 
 @dataclass(frozen=True)
+class Following:
+    """Where the following of the chain's head stands."""
+
+    state: follow.State
+    through: follow.Through
+    lag_seconds: float | None  # the time of the node's head minus that of the highest block indexed without a gap
+    last_reorg: follow.Reorg | None
+    lease_seconds: float  # a planner silent for longer is no planner
+
+    @property
+    def lag_blocks(self) -> int | None:
+        return None if self.state.head is None else max(0, self.state.head - self.through.indexed)
+
+    def planner(self, at: datetime) -> str | None:
+        """The pool that plans, None when the last one has been silent for more than a lease."""
+        polled = self.state.polled_at
+        if polled is None or (at - polled).total_seconds() > self.lease_seconds:
+            return None
+        return self.state.planner
+
+
+def following(conn: psycopg.Connection, lease_seconds: float) -> Following | None:
+    """None where no pool has followed the head."""
+    state = follow.state(conn)
+    if state is None:
+        return None
+    through = follow.progress(conn)
+    lag = None if state.head is None else through.lag_seconds(conn, follow.Head(state.head, state.head_timestamp))
+    return Following(state, through, lag, follow.last_reorg(conn), lease_seconds)
+
+
+@dataclass(frozen=True)
 class Status:
     at: datetime
     counts: queue.Counts
@@ -50,6 +83,7 @@ class Status:
     endpoints: tuple[endpoints.EndpointRate, ...] = ()  # RPC endpoints the workers used in the last minute
     partitions: tuple[Partition, ...] = ()  # of the chain tables
     by_kind: ByKind = field(default_factory=dict)  # jobs of each kind by status, the kinds in KIND_ORDER
+    following: Following | None = None  # of the chain's head, once a pool has followed it
 
     def by_status(self) -> dict[JobStatus, int]:
         """All kinds' jobs by status."""
@@ -64,7 +98,7 @@ def jobs_by_kind(conn: psycopg.Connection) -> ByKind:
     return {kind: found[kind] for kind in sorted(found, key=lambda k: (order.get(k, len(order)), k))}
 
 
-def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
+def gather(conn: psycopg.Connection, *, lease_seconds: float, failed_limit: int = 20) -> Status:
     return Status(
         at=datetime.now(timezone.utc),
         counts=queue.counts(conn),
@@ -74,6 +108,7 @@ def gather(conn: psycopg.Connection, *, failed_limit: int = 20) -> Status:
         endpoints=tuple(endpoints.summary(conn)),
         partitions=tuple(partitions.partitions(conn)),
         by_kind=jobs_by_kind(conn),
+        following=following(conn, lease_seconds),
     )
 
 
@@ -108,7 +143,39 @@ def as_json(st: Status) -> dict[str, Any]:
              "indexed_at": None if p.indexed_at is None else p.indexed_at.isoformat(timespec="seconds")}
             for p in st.partitions
         ],
+        "following": None if st.following is None else _following_json(st.following, st.at),
     }
+
+
+def _following_json(f: Following, at: datetime) -> dict[str, Any]:
+    state, reorg = f.state, f.last_reorg
+    return {
+        "head": state.head,
+        "head_timestamp": _iso(state.head_timestamp),
+        "safe_head": state.safe_head,
+        "planned_through": state.planned_through,
+        "polled_at": _iso(state.polled_at),
+        "polled_seconds_ago": _ago(state.polled_at, at),
+        "planner": f.planner(at),  # null: no pool has polled within a lease
+        "last_planner": state.planner,
+        "indexed_through": f.through.indexed,
+        "decoded_through": f.through.decoded,
+        "lag_blocks": f.lag_blocks,
+        "lag_seconds": f.lag_seconds,
+        "last_reorg": None if reorg is None else {
+            "detected_at": _iso(reorg.detected_at), "first_block": reorg.first, "last_block": reorg.last,
+            "depth": reorg.depth, "anchor": reorg.anchor, "rolled_back": reorg.rolled_back, "reason": reorg.reason},
+        "halted": None if state.halted_at is None else {
+            "at": _iso(state.halted_at), "reason": state.halted_reason, "command": state.halted_command},
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat(timespec="seconds")
+
+
+def _ago(then: datetime | None, at: datetime) -> float | None:
+    return None if then is None else max(0.0, (at - then).total_seconds())
 
 
 def duration(seconds: float | None) -> str:
@@ -125,13 +192,17 @@ def duration(seconds: float | None) -> str:
 
 
 def render(st: Status) -> str:
-    lines = _jobs_table(st.by_kind)
+    lines = _halted(st)
+    lines += _jobs_table(st.by_kind)
     p = st.progress
     if p.planned_blocks:
         lines.append(f"blocks   {p.indexed_blocks:>10,} of {p.planned_blocks:,} indexed ({p.percent_done:.1f}%)")
-        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s {_speed_span(st)}; {_what_is_left(p)}")
+        halted = st.following is not None and st.following.state.halted_at is not None
+        lines.append(f"speed    {p.blocks_per_second:>10,.1f} blocks/s {_speed_span(st)}; {_what_is_left(p, halted)}")
     else:
         lines.append("blocks   nothing planned yet: run `indexer plan --from A --to B`")
+    if st.following is not None:
+        lines += _following_lines(st.following, st.at)
     if st.partitions:
         by_state = {state: [p for p in st.partitions if p.state == state] for state in partitions.STATES}
         lines.append(f"partitions {len(st.partitions):,} of the chain tables: "
@@ -146,6 +217,50 @@ def render(st: Status) -> str:
     for f in st.failed:
         lines.append(f"failed job {f.id} {json.dumps(f.payload)} after {f.attempts} attempt(s): {f.last_error}")
     return "\n".join(lines)
+
+
+def _halted(st: Status) -> list[str]:
+    """First, where nobody can miss it: a halted following and what to run."""
+    state = None if st.following is None else st.following.state
+    if state is None or state.halted_at is None:
+        return []
+    return [f"FOLLOWING HALTED {duration(_ago(state.halted_at, st.at))} ago: {state.halted_reason}",
+            f"  nothing more is planned until a repair; run: {state.halted_command}"]
+
+
+def _following_lines(f: Following, at: datetime) -> list[str]:
+    state = f.state
+    if state.head is None:
+        head = "not seen yet: the planner has had no answer from the node"
+    else:
+        mined = "" if state.head_timestamp is None else f", mined {duration(_ago(state.head_timestamp, at))} ago"
+        head = f"block {state.head:,} of the node{mined}, seen {duration(_ago(state.polled_at, at))} ago"
+    planner = f.planner(at)
+    if planner is None:
+        last = "none has polled yet" if state.polled_at is None else \
+            f"the last one, {state.planner}, has been silent for {duration(_ago(state.polled_at, at))}," \
+            f" more than a lease ({duration(f.lease_seconds)})"
+        planner = f"none: {last}; nothing new is planned: is an `indexer work --follow` running?"
+    lag = "unknown: the node's head not seen yet" if f.lag_blocks is None else \
+        counted(f.lag_blocks, "block") + ("" if f.lag_seconds is None else f", {duration(f.lag_seconds)}") + \
+        " behind the node's head"
+    lines = [f"head     {head}",
+             f"planner  {planner}",
+             f"through  indexed to block {f.through.indexed:,}, decoded to block {f.through.decoded:,}",
+             f"lag      {lag}"]
+    if f.last_reorg is not None:
+        lines.append(f"reorg    {_reorg(f.last_reorg, at)}")
+    return lines
+
+
+def _reorg(r: follow.Reorg, at: datetime) -> str:
+    """"the last one 3 min 12 s ago: blocks 14..15, 2 blocks deep, rolled back"; a refused one
+    names the block a worker met it at, and the reason."""
+    blocks = "" if r.first is None else \
+        f"block {r.first:,}, " if r.first == r.last else f"blocks {r.first:,}..{r.last:,}, "
+    depth = "of unknown depth" if r.depth is None else counted(r.depth, "block") + " deep"
+    outcome = "rolled back" if r.rolled_back else f"refused ({r.reason})"
+    return f"the last one {duration(_ago(r.detected_at, at))} ago: {blocks}{depth}, {outcome}"
 
 
 def _jobs_table(by_kind: ByKind) -> list[str]:
@@ -170,10 +285,12 @@ def _speed_span(st: Status) -> str:
     return f"over {over} {duration(p.speed_window_seconds)} of indexing, which ended {duration(ago)} ago"
 
 
-def _what_is_left(p: Progress) -> str:
-    """The ETA of the blocks the workers can index now, and the block the rest waits for."""
-    waits = f"waiting for block {p.waiting_for_block:,} (past the chain's safe head)" \
-        if p.waiting_for_block is not None else ""
+def _what_is_left(p: Progress, halted: bool) -> str:
+    """The ETA of the blocks the workers can index now, and the block the rest waits for: the
+    chain's, or, while the following is halted, the repair of the fork its workers met there
+    (they put such a job back as they do one past the safe head)."""
+    why = "the following is halted: see the first line" if halted else "past the chain's safe head"
+    waits = f"waiting for block {p.waiting_for_block:,} ({why})" if p.waiting_for_block is not None else ""
     if not p.remaining_blocks:
         return "every planned block is indexed" if p.indexed_blocks == p.planned_blocks else \
             "nothing left to run: the failed jobs' blocks wait for `indexer retry --failed`"
@@ -193,12 +310,13 @@ def _partitions_in(state: str, those: list[Partition], shown: int = 3) -> str:
 
 
 def show(conn: psycopg.Connection, *, as_json_lines: bool, watch: float | None, stop: threading.Event,
-         out: TextIO = sys.stdout) -> None:
+         lease_seconds: float, out: TextIO = sys.stdout) -> None:
     """Prints the status once, or every `watch` seconds until `stop` is set: on a terminal the
-    text redraws in place; in a pipe each refresh is one record, stamped with its time."""
+    text redraws in place; in a pipe each refresh is one record, stamped with its time. A head
+    planner silent for more than `lease_seconds` is reported as none."""
     redraw = watch is not None and out.isatty()
     while True:
-        st = gather(conn)
+        st = gather(conn, lease_seconds=lease_seconds)
         if as_json_lines:
             text = json.dumps(as_json(st))
         elif redraw:

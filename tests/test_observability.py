@@ -27,6 +27,8 @@ from indexer.testing.waiting import wait_for
 from indexer.testing.work import INDEXER as INDEXER_BIN
 from indexer.testing.work import running_job
 
+from .conftest import run_indexer
+
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "skiplock-indexer.json"
 PROMTOOL = shutil.which("promtool") or "promtool"
@@ -43,9 +45,18 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    return [(p["title"], t["expr"]) for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
+FOLLOWING_ROW = "Following the head"
+
+
+def panel_queries() -> list[tuple[str, str, str]]:
+    """(row, panel, query) of every query of the dashboard, the rows in their order on the page."""
+    found, row = [], ""
+    for p in json.loads(DASHBOARD.read_text())["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        else:
+            found += [(row, p["title"], t["expr"]) for t in p["targets"]]
+    return found
 
 
 def test_promtool_accepts_the_config_and_the_rules():
@@ -79,7 +90,7 @@ def test_the_dashboard_is_valid_and_uses_the_provisioned_datasource():
     refs += [t["datasource"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
     refs.append(variables["instance"]["datasource"])
     assert all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs)
-    assert {"Queue health", "Throughput and ETA", "RPC", "Database health"} <= {
+    assert {"Queue health", "Throughput and ETA", "RPC", "Database health", FOLLOWING_ROW} <= {
         p["title"] for p in dashboard["panels"] if p["type"] == "row"}
     dashboards = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "skiplock-indexer.yml").read_text())
     assert dashboards["providers"][0]["type"] == "file"
@@ -97,7 +108,7 @@ def test_every_panel_says_what_it_shows_and_what_to_do_when_it_looks_wrong():
 def test_every_metric_the_code_defines_is_on_the_dashboard():
     source = (REPO / "indexer" / "metrics.py").read_text()
     defined = set(re.findall(r'"(indexer_[a-z_]+)"', source))
-    queries = " ".join(q for _, q in panel_queries())
+    queries = " ".join(q for _, _, q in panel_queries())
     missing = {m for m in defined if m not in queries}
     assert not missing, f"metrics without a panel: {sorted(missing)}"
 
@@ -210,12 +221,12 @@ def test_rpc_endpoint_labels_carry_no_secret(db_url, conn, chain_node, work):
 def prometheus_for():
     started = []
 
-    def start(target: str) -> str:
+    def start(*targets: str) -> str:
         config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
         config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
         config["rule_files"] = [str(DEPLOY / "prometheus" / "alerts.yml")]
         (job,) = config["scrape_configs"]
-        config["scrape_configs"] = [{"job_name": job["job_name"], "static_configs": [{"targets": [target]}]}]
+        config["scrape_configs"] = [{"job_name": job["job_name"], "static_configs": [{"targets": list(targets)}]}]
         workdir = Path(tempfile.mkdtemp(prefix="prometheus-"))
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
@@ -259,7 +270,8 @@ def longer_chain():
 def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for, work):
     """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
     a rate limit), a worker killed mid-job (expired leases), a job no worker can run (failed). Then
-    every query of every panel, evaluated by a real Prometheus, must return data."""
+    every query of every panel, evaluated by a real Prometheus, must return data (but those of the
+    following of the head, which a backfill does not do: the next test)."""
     head = longer_chain.head()
     port = free_port()
     prometheus = prometheus_for(f"127.0.0.1:{port}")
@@ -284,13 +296,123 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
                          "increase(indexer_expired_leases_total[1h]) > 0"):
                 wait_for(lambda expr=expr: query(prometheus, expr), f"Prometheus to see {expr}", timeout=60)
             time.sleep(2)
-            empty = [(title, expr) for title, expr in panel_queries()
-                     if not query(prometheus, expr.replace("$instance", ".*"))]
+            empty = [(title, expr) for row, title, expr in panel_queries()
+                     if row != FOLLOWING_ROW and not query(prometheus, expr.replace("$instance", ".*"))]
             # That job failed: its alert is pending (it fires after a minute).
             wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerJobsFailed"}'), "the failed-jobs alert")
         finally:
             w.kill()
     assert not empty, f"panels without data: {empty}"
+
+
+def test_the_following_row_shows_a_fleet_following_a_node_through_two_reorgs(db_url, prometheus_for, work):
+    """A pool follows a node whose chain reorganises twice: within INDEXER_MAX_REORG_DEPTH (rolled
+    back), then deeper (the following halts). Every query of the row, evaluated by a real
+    Prometheus, returns data, and what the node and the database say; the halt fires its alert."""
+    queries = {(title, expr) for row, title, expr in panel_queries() if row == FOLLOWING_ROW}
+
+    def panel(title: str, legend: str | None = None) -> list:
+        dashboard = json.loads(DASHBOARD.read_text())
+        (p,) = [p for p in dashboard["panels"] if p["title"] == title]
+        (expr,) = [t["expr"] for t in p["targets"] if legend is None or t["legendFormat"] == legend]
+        return query(prometheus, expr.replace("$instance", ".*"))
+
+    def value(title: str, legend: str | None = None) -> float | None:
+        found = panel(title, legend)
+        return float(found[0]["value"][1]) if found else None
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8)
+        head = node.head()
+        port = free_port()
+        prometheus = prometheus_for(f"127.0.0.1:{port}")
+        w = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_METRICS_PORT=str(port),
+                 INDEXER_MAX_REORG_DEPTH="3")
+        try:
+            heights = "Node's head, indexed through and decoded through"
+            wait_for(lambda: value(heights, "decoded through") == head, "the following to catch up", timeout=60)
+            # Seen at 0 before the reorg, the histogram's increase counts it.
+            wait_for(lambda: query(prometheus, "indexer_reorg_depth_blocks_count == 0"), "the reorg histogram")
+            node.reorg(2)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, "indexer_reorg_depth_blocks_count > 0"), "the reorg to be rolled back")
+            node.reorg(5)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerFollowHalted", alertstate="firing"}'),
+                     "the halt's alert")
+            node.mine(2)
+            wait_for(lambda: value(heights, "node's head") == head + 4, "Prometheus to see the new head")
+            empty = [(title, expr) for title, expr in queries if not query(prometheus, expr.replace("$instance", ".*"))]
+            assert not empty, f"panels without data: {empty}"
+            # The block the halt left indexed: the one the rolled back reorg planned again.
+            assert (value(heights, "indexed through"), value("Lag behind the head (blocks)")) == (head + 1, 3)
+            assert value("Lag behind the head (seconds)") > 0
+            assert value("Following halted") == 1
+            by_depth = {r["metric"]["le"]: float(r["value"][1]) for r in panel("Reorgs rolled back, by depth (last hour)")}
+            assert by_depth["1.0"] == 0 and by_depth["2.0"] > 0  # the one rolled back was 2 deep
+            lock = "Planner lock: which pool plans the new blocks"
+            assert [r["value"][1] for r in panel(lock, "{{instance}}")] == ["1"]
+            assert (value(lock, "pools following"), value(lock, "planners")) == (1, 1)
+        finally:
+            w.kill()
+
+
+def test_a_halt_repaired_after_the_planner_moved_to_another_pool_ends_on_the_dashboard_and_its_alert(
+        db_url, conn, prometheus_for, work):
+    """Two pools follow; a reorg deeper than the bound halts the following while pool a plans;
+    then pool b takes the planner lock, and the command `indexer status` gives repairs the fork.
+    Pool a keeps the values it measured while it planned: the dashboard and the alert must go by
+    the pool that plans now."""
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8)
+        ports = {"a": free_port(), "b": free_port()}
+        instance = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+        prometheus = prometheus_for(*instance.values())
+
+        def planner() -> str:
+            return (conn.execute("SELECT planner FROM follow_state").fetchone() or ("",))[0] or ""
+
+        def halted() -> float | None:
+            (p,) = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["title"] == "Following halted"]
+            found = query(prometheus, p["targets"][0]["expr"].replace("$instance", ".*"))
+            return float(found[0]["value"][1]) if found else None
+
+        pools = {}
+        for name in ("a", "b"):
+            pools[name] = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1",
+                               INDEXER_METRICS_PORT=str(ports[name]), INDEXER_WORKER_NAME=name,
+                               INDEXER_MAX_REORG_DEPTH="3")
+            if name == "a":
+                wait_for(lambda: planner().startswith("a:"), "pool a to plan")
+        try:
+            head = node.head()
+            wait_for(lambda: query(prometheus, f"indexer_follow_indexed_through_block == {head}"), "the following")
+            node.reorg(5)
+            node.mine(1)
+            wait_for(lambda: query(prometheus, f'indexer_follow_halted{{instance="{instance["a"]}"}} == 1'),
+                     "pool a to measure the halt")
+            wait_for(lambda: query(prometheus, 'ALERTS{alertname="IndexerFollowHalted", alertstate="firing"}'),
+                     "the halt's alert")
+
+            def moved() -> bool:  # pool a's planner loses its session, as it would its database connection
+                if planner().startswith("a:"):
+                    conn.execute("SELECT pg_terminate_backend(planner_pid) FROM follow_state")
+                return planner().startswith("b:")
+
+            wait_for(moved, "pool b to take the planner lock")
+            wait_for(lambda: query(prometheus, f'indexer_follow_planner{{instance="{instance["b"]}"}} == 1'
+                                               f' and indexer_follow_halted{{instance="{instance["b"]}"}} == 1'),
+                     "Prometheus to see pool b plan, halted")
+            assert halted() == 1
+            (command,) = conn.execute("SELECT halted_command FROM follow_state").fetchone()
+            repair = run_indexer(*command.split()[1:], db_url=db_url, env={"INDEXER_RPC_URL": node.url})
+            # Exit 1: the blocks above the fork, never indexed while halted, are reported missing.
+            assert "repair: deleted 5 orphaned block(s)" in repair.stdout, repair.stdout + repair.stderr
+            wait_for(lambda: halted() == 0, "the dashboard to show the following going on")
+            wait_for(lambda: not query(prometheus, 'ALERTS{alertname="IndexerFollowHalted"}'), "the alert to end")
+        finally:
+            for pool in pools.values():
+                pool.kill()
 
 
 def test_monitor_serves_the_database_gauges_alone(db_url, conn):

@@ -10,7 +10,10 @@ import signal
 import subprocess
 import time
 
+from datetime import datetime, timezone
+
 from indexer import planner, queue
+from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.processes import descendants
 from indexer.testing.waiting import wait_for
@@ -59,6 +62,7 @@ def test_status_reports_what_the_database_holds(db_url, conn):
     assert as_json["expired_leases_last_hour"] == 1
     assert as_json["failed_jobs"] == [{"id": failed.id, "kind": "index_blocks", "payload": {"from": 10, "to": 19},
                                        "attempts": 1, "last_error": "bad block"}]
+    assert as_json["following"] is None  # no pool follows the head
 
 
 def test_status_watch_refreshes_until_stopped(db_url, conn):
@@ -175,3 +179,80 @@ def test_jobs_waiting_for_the_chain_show_the_block_they_wait_for_not_an_eta(db_u
     (speed,) = [line for line in text.splitlines() if line.startswith("speed ")]
     assert speed.endswith(f"; waiting for block {head + 1:,} (past the chain's safe head)"), speed
     assert "ETA" not in text
+
+
+def test_status_while_following_shows_the_head_the_lag_the_reorgs_and_what_to_run_when_halted(db_url, conn, work):
+    """A fleet following a node whose chain reorganises twice: once within INDEXER_MAX_REORG_DEPTH
+    (rolled back), once deeper (the following halts)."""
+
+    def following(**env: str) -> dict:
+        result = run_indexer("status", "--json", db_url=db_url, env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)["following"]
+
+    def text(**env: str) -> list[str]:
+        result = run_indexer("status", db_url=db_url, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    def block_time(number: int) -> datetime:
+        return datetime.fromtimestamp(int(node.rpc("eth_getBlockByNumber", hex(number), False)["timestamp"], 16),
+                                      timezone.utc)
+
+    with Anvil("--no-mining") as node:
+        build_chain(node, busy_blocks=8)
+        head = node.head()
+        w = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_MAX_REORG_DEPTH="3")
+        caught_up = wait_for(lambda: (f := following()) and f["decoded_through"] == head and f["head"] == head and f,
+                             "the following to catch up with the node")
+        assert caught_up["planner"].endswith(f":{w.proc.pid}") and caught_up["planner"] == caught_up["last_planner"]
+        assert (caught_up["indexed_through"], caught_up["lag_blocks"], caught_up["lag_seconds"]) == (head, 0, 0.0)
+        assert (caught_up["last_reorg"], caught_up["halted"]) == (None, None)
+        lines = text()
+        assert f"planner  {caught_up['planner']}" in lines
+        assert f"through  indexed to block {head}, decoded to block {head}" in lines
+        assert "lag      0 blocks, 0 s behind the node's head" in lines
+        assert not any(line.startswith(("reorg ", "FOLLOWING")) for line in lines)
+
+        # Two blocks replaced, then one more on them: the workers roll the two back.
+        node.reorg(2)
+        node.mine(1)
+        rolled = wait_for(lambda: (f := following())["last_reorg"] and f["indexed_through"] == head + 1 and f,
+                          "the reorg to be rolled back")
+        assert {k: rolled["last_reorg"][k] for k in ("first_block", "last_block", "depth", "anchor", "rolled_back")} \
+            == {"first_block": head - 1, "last_block": head, "depth": 2, "anchor": head - 2, "rolled_back": True}
+        lines = text()
+        (line,) = [line for line in lines if line.startswith("reorg ")]
+        assert re.fullmatch(rf"reorg    the last one [0-9.]+ s ago: blocks {head - 1}..{head}, 2 blocks deep,"
+                            r" rolled back", line), line
+
+        # Five: deeper than the bound. The following halts; the chain goes on without it.
+        node.reorg(5)
+        node.mine(1)
+        wait_for(lambda: following()["halted"], "the following to halt")
+        node.mine(3)
+        halted = wait_for(lambda: (f := following())["head"] == head + 5 and f, "the planner to see the new head")
+        reason, command = conn.execute("SELECT halted_reason, halted_command FROM follow_state").fetchone()
+        assert (halted["halted"]["reason"], halted["halted"]["command"]) == (reason, command)
+        assert command.startswith("indexer verify --from ") and command.endswith(" --against-node --repair --max-depth 5")
+        assert (halted["last_reorg"]["rolled_back"], halted["last_reorg"]["depth"]) == (False, 5)
+        # Nothing above the fork is indexed: the lag grows with the chain, in blocks and in time.
+        stored = conn.execute("SELECT timestamp FROM blocks WHERE number = %s", (head + 1,)).fetchone()[0]
+        assert (halted["indexed_through"], halted["lag_blocks"]) == (head + 1, 4)
+        assert halted["lag_seconds"] == (block_time(head + 5) - stored).total_seconds() > 0
+        lines = text()
+        assert re.fullmatch(r"FOLLOWING HALTED [0-9.]+ s ago: .+", lines[0]) and lines[0].endswith(f": {reason}")
+        assert lines[1] == f"  nothing more is planned until a repair; run: {command}"
+        assert f"lag      4 blocks, {halted['lag_seconds']:.0f} s behind the node's head" in lines
+        (speed,) = [line for line in lines if line.startswith("speed ")]
+        assert speed.endswith(f"; waiting for block {head + 2} (the following is halted: see the first line)"), speed
+
+        # The fleet stops: a lease later, no pool plans.
+        w.kill()
+        planner_name = halted["planner"]
+        gone = wait_for(lambda: (f := following(INDEXER_LEASE_SECONDS="1"))["planner"] is None and f, "no planner")
+        assert gone["last_planner"] == planner_name
+        lines = text(INDEXER_LEASE_SECONDS="1")
+        (line,) = [line for line in lines if line.startswith("planner ")]
+        assert re.fullmatch(rf"planner  none: the last one, {planner_name}, has been silent for [0-9.]+ s, more than a"
+                            r" lease \(1 s\); nothing new is planned: is an `indexer work --follow` running\?", line), line
