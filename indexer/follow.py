@@ -57,7 +57,8 @@ WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.
 """
 
 STATE = """
-SELECT planned_through, head, head_timestamp, safe_head, planner, polled_at, halted_at, halted_reason, halted_command
+SELECT planned_through, head, head_timestamp, head_seen_at, safe_head, planner, polled_at, halted_at, halted_reason,
+       halted_command
 FROM follow_state
 """
 
@@ -77,6 +78,7 @@ POLLED = """
 UPDATE follow_state
 SET planner = %(planner)s, planner_pid = pg_backend_pid(), polled_at = now(),
     head = coalesce(%(head)s, head), head_timestamp = coalesce(%(head_timestamp)s, head_timestamp),
+    head_seen_at = CASE WHEN %(head)s::bigint IS NULL THEN head_seen_at ELSE now() END,
     safe_head = coalesce(%(safe_head)s, safe_head)
 """
 
@@ -125,6 +127,7 @@ class State:
     planned_through: int
     head: int | None
     head_timestamp: datetime | None
+    head_seen_at: datetime | None  # when the node last answered the planner's poll
     safe_head: int | None
     planner: str | None
     polled_at: datetime | None
@@ -297,7 +300,12 @@ class HeadPlanner:
         if self.holding:
             log.info("head planner: no longer the fleet's planner")
         self.holding = False
-        metrics.counted.planner_holding.set(0)
+        # What this pool measured as the holder is the new holder's to say now.
+        counted = metrics.counted
+        for gauge in (counted.planner_holding, counted.follow_head, counted.follow_indexed_through,
+                      counted.follow_decoded_through, counted.follow_lag_blocks, counted.follow_lag_seconds,
+                      counted.follow_halted):
+            gauge.set(0)
 
     def _once(self) -> None:
         conn = self._connect()

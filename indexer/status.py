@@ -152,6 +152,7 @@ def _following_json(f: Following, at: datetime) -> dict[str, Any]:
     return {
         "head": state.head,
         "head_timestamp": _iso(state.head_timestamp),
+        "head_seen_at": _iso(state.head_seen_at),  # when the node last answered the planner
         "safe_head": state.safe_head,
         "planned_through": state.planned_through,
         "polled_at": _iso(state.polled_at),
@@ -225,7 +226,8 @@ def _halted(st: Status) -> list[str]:
     if state is None or state.halted_at is None:
         return []
     return [f"FOLLOWING HALTED {duration(_ago(state.halted_at, st.at))} ago: {state.halted_reason}",
-            f"  nothing more is planned until a repair; run: {state.halted_command}"]
+            f"  nothing more is planned until a repair; run: {state.halted_command}",
+            "  (it exits 1, having found the orphans; its line `repair: deleted ...` and this line gone say it worked)"]
 
 
 def _following_lines(f: Following, at: datetime) -> list[str]:
@@ -234,7 +236,7 @@ def _following_lines(f: Following, at: datetime) -> list[str]:
         head = "not seen yet: the planner has had no answer from the node"
     else:
         mined = "" if state.head_timestamp is None else f", mined {duration(_ago(state.head_timestamp, at))} ago"
-        head = f"block {state.head:,} of the node{mined}, seen {duration(_ago(state.polled_at, at))} ago"
+        head = f"block {state.head:,} of the node{mined}, seen {duration(_ago(state.head_seen_at, at))} ago"
     planner = f.planner(at)
     if planner is None:
         last = "none has polled yet" if state.polled_at is None else \

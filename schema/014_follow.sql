@@ -13,6 +13,7 @@ CREATE TABLE follow_state (
     planned_through  bigint      NOT NULL,
     head             bigint,
     head_timestamp   timestamptz,  -- of the node's newest block
+    head_seen_at     timestamptz,  -- when the node last answered with it
     safe_head        bigint,
     planner          text,         -- host:pid of the pool holding the planner's lock
     planner_pid      integer,      -- its database session

@@ -115,7 +115,8 @@ def following(state: State, *, indexed: int, decoded: int, lag_seconds: float | 
                   by_kind={"index_blocks": by_status(1, 0, 200, 0)})
 
 
-FOLLOWING = State(planned_through=2_000, head=2_012, head_timestamp=ago(5), safe_head=2_000, planner="host-a:4711",
+FOLLOWING = State(planned_through=2_000, head=2_012, head_timestamp=ago(5), head_seen_at=ago(0.4), safe_head=2_000,
+                  planner="host-a:4711",
                   polled_at=ago(0.4), halted_at=None, halted_reason=None, halted_command=None)
 
 
@@ -131,7 +132,8 @@ def test_following_shows_the_head_the_planner_how_far_indexed_and_decoded_the_la
         "lag      23 blocks, 4 min 36 s behind the node's head",
         "reorg    the last one 3 min 12 s ago: blocks 1,901..1,902, 2 blocks deep, rolled back"]
     assert as_json(st)["following"] == {
-        "head": 2_012, "head_timestamp": "2026-12-03T11:59:55+00:00", "safe_head": 2_000, "planned_through": 2_000,
+        "head": 2_012, "head_timestamp": "2026-12-03T11:59:55+00:00", "head_seen_at": "2026-12-03T11:59:59+00:00",
+            "safe_head": 2_000, "planned_through": 2_000,
         "polled_at": "2026-12-03T11:59:59+00:00", "polled_seconds_ago": 0.4,
         "planner": "host-a:4711", "last_planner": "host-a:4711",
         "indexed_through": 1_989, "decoded_through": 1_969, "lag_blocks": 23, "lag_seconds": 276.0,
@@ -141,7 +143,7 @@ def test_following_shows_the_head_the_planner_how_far_indexed_and_decoded_the_la
 
 
 def test_a_planner_silent_for_more_than_a_lease_is_no_planner():
-    silent = State(**{**FOLLOWING.__dict__, "polled_at": ago(400), "head_timestamp": ago(410)})
+    silent = State(**{**FOLLOWING.__dict__, "polled_at": ago(400), "head_seen_at": ago(400), "head_timestamp": ago(410)})
     st = following(silent, indexed=2_012, decoded=2_012, lag_seconds=0.0)
     text = render(st)
     assert "planner  none: the last one, host-a:4711, has been silent for 6 min 40 s, more than a lease (1 min 00 s);" \
@@ -162,8 +164,10 @@ def test_a_halted_following_comes_first_with_the_command_to_run():
     reorg = Reorg(ago(180), anchor=None, first=2_000, last=2_000, depth=70, rolled_back=False, reason=reason)
     st = following(halted, indexed=1_999, decoded=1_999, lag_seconds=60.0, reorg=reorg)
     lines = render(st).splitlines()
-    assert lines[:3] == [f"FOLLOWING HALTED 3 min 00 s ago: {reason}",
+    assert lines[:4] == [f"FOLLOWING HALTED 3 min 00 s ago: {reason}",
                          f"  nothing more is planned until a repair; run: {command}",
+                         "  (it exits 1, having found the orphans; its line `repair: deleted ...` and this line gone say"
+                         " it worked)",
                          "jobs            pending    running       done     failed"]
     assert f"reorg    the last one 3 min 00 s ago: block 2,000, 70 blocks deep, refused ({reason})" in lines
     # The job that met the fork waits for the repair, not for the chain.
@@ -176,7 +180,8 @@ def test_a_halted_following_comes_first_with_the_command_to_run():
 
 
 def test_before_the_planner_has_the_node_s_head_the_lag_is_unknown():
-    unseen = State(planned_through=99, head=None, head_timestamp=None, safe_head=None, planner="host-a:4711",
+    unseen = State(planned_through=99, head=None, head_timestamp=None, head_seen_at=None, safe_head=None,
+                   planner="host-a:4711",
                    polled_at=ago(1), halted_at=None, halted_reason=None, halted_command=None)
     st = following(unseen, indexed=99, decoded=99, lag_seconds=None)
     lines = render(st).splitlines()
@@ -187,7 +192,7 @@ def test_before_the_planner_has_the_node_s_head_the_lag_is_unknown():
     assert (record["head"], record["lag_blocks"], record["lag_seconds"], record["last_reorg"]) == (None, None, None, None)
     # A reorg refused without a depth (a node of another chain) and a block lag with no time.
     odd = Reorg(ago(5), anchor=None, first=None, last=None, depth=None, rolled_back=False, reason="another chain")
-    seen = State(**{**unseen.__dict__, "head": 100, "head_timestamp": None})
+    seen = State(**{**unseen.__dict__, "head": 100, "head_timestamp": None, "head_seen_at": ago(1)})
     lines = render(following(seen, indexed=99, decoded=98, lag_seconds=None, reorg=odd)).splitlines()
     assert "head     block 100 of the node, seen 1 s ago" in lines
     assert "lag      1 block behind the node's head" in lines
