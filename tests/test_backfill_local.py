@@ -1,13 +1,20 @@
 """`scripts/backfill-local --keep`: what it leaves running can be used from another shell with the
-lines it prints, and stopped with the command it prints."""
+lines it prints, and stopped with the command it prints. `--follow`: the blocks the chain mines
+after the backfill are indexed, until Ctrl-C, after which it stops what it started."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 
+import psycopg
+import pytest
+
 from indexer.testing.cluster import REPO
+from indexer.testing.waiting import wait_for
 
 
 def test_keep_prints_what_another_shell_exports_to_use_what_it_left_running():
@@ -31,3 +38,46 @@ def test_keep_prints_what_another_shell_exports_to_use_what_it_left_running():
     finally:
         assert stop is not None, result.stdout + result.stderr
         subprocess.run(["bash", "-c", stop], check=True, timeout=120)
+
+
+def test_follow_indexes_the_blocks_mined_after_the_backfill_until_ctrl_c(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
+    out = tmp_path / "backfill-local.out"
+    with out.open("w") as log:
+        script = subprocess.Popen([str(REPO / "scripts" / "backfill-local"), "--to", "40", "--workers", "1", "--follow",
+                                   "--block-time", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def database() -> str | None:
+            found = re.search(r"^postgres: (\S+)$", out.read_text(), re.MULTILINE)
+            return found and found[1]
+
+        url = wait_for(lambda: database() or script.poll() is not None, "the script's PostgreSQL", timeout=300)
+        assert isinstance(url, str), out.read_text()
+
+        def indexed_after_the_backfill() -> bool:
+            try:
+                with psycopg.connect(url, connect_timeout=5) as conn:
+                    return conn.execute("SELECT count(*) FROM blocks WHERE number >= 40").fetchone()[0] >= 3
+            except psycopg.Error:  # not migrated yet
+                return False
+
+        wait_for(lambda: indexed_after_the_backfill() or script.poll() is not None,
+                 "3 blocks mined after the backfill indexed", timeout=300)
+        assert script.poll() is None, out.read_text()
+        with psycopg.connect(url) as conn:
+            (backfilled,) = conn.execute("SELECT count(*) FROM blocks WHERE number < 40").fetchone()
+        assert backfilled == 40
+    finally:
+        if script.poll() is None:
+            script.send_signal(signal.SIGINT)
+        try:
+            code = script.wait(120)
+        except subprocess.TimeoutExpired:
+            script.kill()
+            raise
+    output = out.read_text()
+    assert code == 130, output
+    assert "following the chain's head" in output and "blocks " in output  # then `indexer status`
+    # Everything it started is stopped: its PostgreSQL is gone.
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=5).close()

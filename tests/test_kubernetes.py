@@ -1,8 +1,8 @@
 """deploy/kubernetes, checked without a cluster: rendered as kustomize would (indexer/testing/
 kustomize.py), every object against the Kubernetes API schemas (kubernetes-validate) and KEDA's
 against KEDA's own CRDs (vendored), names and selectors that agree, the indexer's commands and
-settings real, and the ScaledObject's query run against the real schema in each state of the
-queue."""
+settings real, the workers following the chain from the plan's end with one pod kept, and the
+ScaledObject's query run against the real schema in each state of the queue."""
 
 from __future__ import annotations
 
@@ -96,7 +96,9 @@ def test_the_example_patches_change_what_they_say_and_nothing_else():
     base, example = RENDERED["base"], RENDERED["example"]
     plan = [c["args"] for _, c in indexer_containers([find(example, "Job", "indexer-plan")])]
     assert plan == [["migrate"], ["plan", "--from", "0", "--to", "100000"]]
-    worker = environment(example, containers(find(example, "Deployment", "indexer-worker"))[0])
+    (worker_container,) = containers(find(example, "Deployment", "indexer-worker"))
+    assert worker_container["args"] == ["work", "--follow", "--from", "100000", "--workers", "2"]
+    worker = environment(example, worker_container)
     assert worker == environment(base, containers(find(base, "Deployment", "indexer-worker"))[0]) | {
         "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0",
         "INDEXER_DATABASE_URL": "postgresql://indexer:indexer@postgres.skiplock.svc.cluster.local:5432/indexer",
@@ -249,6 +251,16 @@ def test_the_worker_pods_name_themselves_serve_metrics_and_outlast_their_give_ba
     assert "INDEXER_DB_METRICS" not in environment(resources, m)  # the monitor is where they are computed
 
 
+@pytest.mark.parametrize("tree", sorted(RENDERED))
+def test_the_workers_follow_the_chain_from_where_the_plan_job_ends(tree):
+    parser = build_parser()
+    (worker,) = containers(find(RENDERED[tree], "Deployment", "indexer-worker"))
+    work = parser.parse_args(worker["args"])
+    (plan,) = [c for c in containers(find(RENDERED[tree], "Job", "indexer-plan")) if c["name"] == "plan"]
+    # --from: a pool may start before the plan Job has run, and follows from the backfill's end.
+    assert work.follow and not work.drain and work.start == parser.parse_args(plan["args"]).end
+
+
 def test_one_pod_is_asked_for_every_job_its_workers_can_run():
     resources = RENDERED["base"]
     (c,) = containers(find(resources, "Deployment", "indexer-worker"))
@@ -257,8 +269,9 @@ def test_one_pod_is_asked_for_every_job_its_workers_can_run():
     (trigger,) = scaled["triggers"]
     assert trigger["type"] == "postgresql"
     assert float(trigger["metadata"]["targetQueryValue"]) == workers
-    # Scaled to zero when nothing is claimable or running; one pod at least otherwise.
-    assert scaled["minReplicaCount"] == 0 and float(trigger["metadata"]["activationTargetQueryValue"]) == 0
+    # Never scaled to zero: the pod that plans the new blocks must stay, as a queue caught up
+    # with the head counts 0 (test_the_scaledobject_query_counts_the_jobs_claimable_now_or_running).
+    assert scaled.get("minReplicaCount", 0) >= 1
 
 
 # -- the ScaledObject's query against the real schema -----------------------------------------

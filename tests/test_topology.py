@@ -1,27 +1,34 @@
 """docker-compose.yml agrees with the code: commands, settings, ports and start-up order; it
 publishes Grafana and Prometheus alone, on loopback unless MONITORING_ADDRESS says otherwise, and
-Grafana's anonymous users only view. (No Docker engine runs here; where docker-compose is
-installed, `docker-compose config` checks the file and the ports it resolves.)"""
+Grafana's anonymous users only view. The chain service's scripts (deploy/chain) run here on a real
+anvil: the chain keeps growing after its build, and the worker service's command follows it. (No
+Docker engine runs here; where docker-compose is installed, `docker-compose config` checks the
+file and the ports it resolves.)"""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import time
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
-from indexer import pool
+from indexer import planner, pool
 from indexer.cli import build_parser
 from indexer.settings import Settings
+from indexer.testing.anvil import Anvil
 from indexer.testing.cluster import REPO
+from indexer.testing.waiting import wait_for
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 INDEXER_SERVICES = {name: s for name, s in SERVICES.items() if s.get("image") == "skiplock-indexer"}
+CHAIN = REPO / "deploy" / "chain"
 
 
 def with_defaults(value: str) -> str:
@@ -122,8 +129,9 @@ def test_the_health_checks_ask_readyz_on_the_metrics_port_and_the_pool_may_give_
 def test_services_start_in_order():
     assert SERVICES["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     assert SERVICES["plan"]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+    # A following pool starts above the highest block planned: the backfill's plan comes first.
     assert SERVICES["worker"]["depends_on"] == {
-        "migrate": {"condition": "service_completed_successfully"}, "chain": {"condition": "service_healthy"}}
+        "plan": {"condition": "service_completed_successfully"}, "chain": {"condition": "service_healthy"}}
     assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["chain"]
 
 
@@ -139,6 +147,83 @@ def test_anonymous_grafana_users_view_and_nobody_administers():
     assert grafana["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"
     assert grafana["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and grafana["GF_AUTH_BASIC_ENABLED"] == "false"
     assert not any(name.startswith(("GF_SECURITY_ADMIN_", "GF_USERS_")) for name in grafana)
+
+
+def test_the_workers_follow_the_chain_after_the_backfill_and_the_chain_keeps_growing():
+    work = build_parser().parse_args([with_defaults(a) for a in INDEXER_SERVICES["worker"]["command"]])
+    assert work.follow and not work.drain and work.start is None  # from above the plan service's range
+    assert int(env(SERVICES["chain"])["CHAIN_BLOCK_TIME"]) > 0
+    assert '"${CHAIN_BLOCK_TIME:-2}"' in (CHAIN / "start.sh").read_text()  # handed to build-chain.mjs
+
+
+def chain_anvil_flags(height: int) -> list[str]:
+    """The flags start.sh starts anvil with, but its address (Anvil picks a loopback port) and its
+    genesis, `height` seconds ago as start.sh computes it."""
+    script = (CHAIN / "start.sh").read_text().replace("\\\n", " ")
+    (line,) = [line for line in script.splitlines() if line.lstrip().startswith("anvil ")]
+    words = iter(shlex.split(line.strip().removesuffix("&"))[1:])
+    flags = []
+    for word in words:
+        if word in ("--host", "--port", "--timestamp"):
+            value = next(words)
+            if word == "--timestamp":
+                assert value == "$(( $(date +%s) - height ))", value
+                flags += [word, str(int(time.time()) - height)]
+        elif word != "--silent":  # Anvil passes it
+            flags.append(word)
+    assert "--no-mining" in flags and "--prune-history" in flags, flags
+    return flags
+
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (anvil's npm needs it)")
+
+
+@needs_node
+def test_the_chain_mines_after_its_build_and_the_worker_service_follows_it(db_url, conn, work, tmp_path):
+    """deploy/chain's build on a real anvil, then a block a second; the worker service's command
+    indexes the backfill and the new blocks, and decodes their token transfers."""
+    height, ready = 20_000, tmp_path / "chain-ready"
+    with Anvil(*chain_anvil_flags(height)) as node:
+        log = (tmp_path / "build-chain.log").open("w")
+        build = subprocess.Popen(["node", str(CHAIN / "build-chain.mjs"), node.url, str(height), "5", "1", str(ready)],
+                                 stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: ready.exists() or build.poll() is not None, "the chain's build", timeout=120)
+            assert ready.exists(), (tmp_path / "build-chain.log").read_text()
+            built = node.head()
+            assert built == height - 1
+            planner.plan(conn, 0, height, 10_000)  # the plan service's backfill
+            work(db_url, node.url, *[with_defaults(a) for a in INDEXER_SERVICES["worker"]["command"]][1:])
+
+            def followed() -> bool:
+                (new_transfers,) = conn.execute("SELECT count(*) FROM token_transfers WHERE block_number > %s",
+                                                (built,)).fetchone()
+                return new_transfers >= 3
+
+            wait_for(followed, "3 blocks mined after the build indexed with their token transfers decoded", timeout=120)
+            assert build.poll() is None, (tmp_path / "build-chain.log").read_text()  # it keeps mining
+        finally:
+            build.terminate()
+            build.wait()
+            log.close()
+    (backfilled,) = conn.execute("SELECT count(*) FROM blocks WHERE number <= %s", (built,)).fetchone()
+    assert backfilled == height
+    rows = conn.execute("SELECT standard, token_address FROM token_transfers WHERE block_number > %s",
+                        (built,)).fetchall()
+    assert {row[0] for row in rows} == {"erc20"} and len({bytes(row[1]) for row in rows}) == 1
+    # A chain of 20,000 blocks a second apart ends about now, not hours ahead: the lag in seconds
+    # is measured in real time.
+    (ahead,) = conn.execute("SELECT count(*) FROM blocks WHERE timestamp > now() + interval '5 seconds'").fetchone()
+    assert ahead == 0
+
+
+@needs_node
+def test_a_bad_block_time_is_refused_in_one_line():
+    result = subprocess.run(["node", str(CHAIN / "build-chain.mjs"), "http://127.0.0.1:9", "10", "1", "1.5", "/dev/null"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "chain: CHAIN_BLOCK_TIME must be a whole number of seconds (0: no block after the build), not '1.5'"]
 
 
 @needs_docker_compose
