@@ -236,8 +236,10 @@ SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {_FAILED
 # What KEDA's PostgreSQL scaler sizes the worker pods by (deploy/kubernetes/base/
 # worker-scaledobject.yaml holds this same text; tests/test_kubernetes.py checks and runs it):
 # the jobs claimable now and those running. Jobs deferred to later (backing off, beyond the safe
-# head) are not counted, so a queue holding only those scales to zero; running ones are, so that
-# the pods running them stay wanted. No parameters: KEDA runs the text as it is.
+# head) are not counted, so a queue holding only those scales to zero (down to the ScaledObject's
+# minReplicaCount: 1 while the pods follow the head, since a following pool's planner is what
+# makes the jobs); running ones are, so that the pods running them stay wanted. No parameters:
+# KEDA runs the text as it is.
 SCALER_DEMAND = f"SELECT count(*) FROM jobs WHERE (status = {_PENDING} AND run_at <= now()) OR status = {_RUNNING}"
 
 HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({_PENDING}, {_RUNNING}))"
