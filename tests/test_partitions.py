@@ -171,7 +171,9 @@ def test_a_build_whose_claim_is_lost_is_cancelled(db_url, conn, chain_node, work
     with db.connect(db_url, autocommit=False) as blocker:
         blocker.execute("LOCK TABLE blocks_0 IN SHARE UPDATE EXCLUSIVE MODE")
         w = work(db_url, chain_node.url, "--workers", "1", INDEXER_LEASE_SECONDS="2")
-        building = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%%'"
+        # pg_stat_activity is the whole cluster's: another test's database may be building too.
+        building = ("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%%'"
+                    " AND datname = current_database()")
         wait_for(lambda: conn.execute(building).fetchone()[0] == 1, "the build to start and wait")
         # The lease is taken from it, as by a reaper when a worker stalls; the builder's next
         # heartbeat finds the claim gone and cancels its build.
