@@ -120,6 +120,44 @@ def test_a_node_whose_answers_do_not_link_deletes_nothing_and_halts_the_followin
         assert url.served["rewritten"] >= 1
 
 
+@pytest.mark.parametrize("trouble", ["unlinked once", "a deeper reorg meanwhile"])
+def test_a_node_that_fails_a_rollback_s_checks_once_is_asked_again_and_the_following_goes_on(
+        db_url, conn, node, work, trouble):
+    """A node switching forks under the rollback: its answers fail the checks once (blocks that
+    do not link, or the stored block below the orphans replaced by a second, deeper reorg while
+    the worker compares), then answer one chain. The worker compares again: the following rolls
+    the fork back instead of halting until a person comes."""
+    armed = threading.Event()
+    lies = []
+
+    def switching(call: dict, result: object) -> object:
+        if not armed.is_set() or not isinstance(result, dict) or not headers_at(call, head):
+            return result
+        if trouble == "unlinked once" and len(lies) < 2:  # the two requests of one comparison
+            lies.append(call)
+            return {**result, "parentHash": "0x" + "ee" * 32}
+        if trouble == "a deeper reorg meanwhile" and not lies:
+            lies.append(call)
+            node.reorg(4)  # head - 2 up to the new head + 1 replaced, before the worker has its answer
+        return result
+
+    with FaultProxy(node.url, rewrite=switching) as url:
+        work(db_url, url.url, "--follow", "--from", "0", "--workers", "1")
+        wait_for(lambda: copy_is_the_node_s(conn, node), "the chain to be indexed")
+        head = node.head()
+        armed.set()
+        node.reorg(2)
+        node.mine(1)
+        wait_for(lambda: follow.state(conn).halted_at or copy_is_the_node_s(conn, node), "the reorg to be rolled back",
+                 timeout=60)
+        assert follow.state(conn).halted_at is None, follow.state(conn).halted_reason
+    assert lies
+    assert_matches_node(conn, node.url, 0, node.head())
+    assert follow.state(conn).halted_at is None
+    rolled = conn.execute("SELECT depth, rolled_back FROM reorgs ORDER BY id").fetchall()
+    assert rolled == [(2 if trouble == "unlinked once" else 3, True)], rolled
+
+
 def planner_lock_holder(conn: psycopg.Connection) -> str | None:
     """The application name of the session holding the head planner's advisory lock."""
     row = conn.execute(
