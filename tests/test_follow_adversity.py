@@ -85,7 +85,7 @@ def assert_halted_with_nothing_deleted(conn: psycopg.Connection, db_url: str, po
 def test_a_node_of_another_chain_behind_the_url_deletes_nothing_and_halts_the_following(db_url, conn, node, work):
     port = free_port()
     with FaultProxy(node.url) as url, Anvil("--no-mining", chain_id=5) as other:
-        work(db_url, url.url, "--follow", "--from", "0", "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        w = work(db_url, url.url, "--follow", "--from", "0", "--workers", "1", INDEXER_METRICS_PORT=str(port))
         wait_for(lambda: copy_is_the_node_s(conn, node), "the chain to be indexed")
         before = stored_hashes(conn)
         # The URL now reaches a node of chain 5, higher than the stored chain: its blocks above
@@ -95,6 +95,7 @@ def test_a_node_of_another_chain_behind_the_url_deletes_nothing_and_halts_the_fo
         assert_halted_with_nothing_deleted(conn, db_url, port, before,
                                            "this database indexes chain 31337, but the node serves chain 5")
         assert stored_hashes(conn) == before  # not even the blocks planned since
+        w.kill()  # while its node still answers
 
 
 def test_a_node_whose_answers_do_not_link_deletes_nothing_and_halts_the_following(db_url, conn, node, work):
@@ -159,10 +160,12 @@ def test_a_node_that_fails_a_rollback_s_checks_once_is_asked_again_and_the_follo
 
 
 def planner_lock_holder(conn: psycopg.Connection) -> str | None:
-    """The application name of the session holding the head planner's advisory lock."""
+    """The application name of the session holding the head planner's advisory lock on this
+    database (the tests running beside this one follow in databases of their own)."""
     row = conn.execute(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted",
+        " WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted"
+        "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         PLANNER_LOCK_KEYS).fetchone()
     return row[0] if row else None
 
@@ -189,37 +192,39 @@ def test_the_planning_pool_killed_mid_rollback_leaves_the_other_pool_to_plan_and
         node.rpc("eth_sendTransaction", {"from": accounts[i], "to": accounts[i + 1], "value": hex(i + 1)})
     node.rpc("evm_mine")
     with FaultProxy(node.url, rewrite=gate) as url:
-        a = work(db_url, url.url, "--follow", "--from", "0", "--workers", "2", INDEXER_WORKER_NAME="a", **env)
-        wait_for(lambda: (planner_lock_holder(conn) or "").startswith("indexer head planner a:"), "pool a to plan")
-        wait_for(lambda: copy_is_the_node_s(conn, node), "the chain to be indexed")
-        head = node.head()
-        assert conn.execute("SELECT count(*) FROM transactions WHERE block_number = %s", (head,)).fetchone()[0]
-        with psycopg.connect(db_url) as blocker:
-            if killed_while == "comparing with the node":
-                caught_at = head
-            else:  # a's rollback deletes the orphans' logs, then waits for this lock on a transaction
-                blocker.execute("SELECT 1 FROM transactions WHERE block_number = %s FOR UPDATE", (head,))
-            node.reorg(3)
-            node.mine(1)
-            if killed_while == "comparing with the node":
-                wait_for(caught.is_set, "a's worker to ask the node for the blocks to compare")
-            else:
-                waiting = wait_for(lambda: conn.execute(
-                    "SELECT application_name FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE 'DELETE FROM transactions%'").fetchone(), "a's rollback to be deleting")
-                assert waiting[0].startswith("indexer worker a:"), waiting
-            b = work(db_url, node.url, "--follow", "--workers", "2", INDEXER_WORKER_NAME="b", **env)
-            wait_for(lambda: conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name LIKE"
-                                          " 'indexer head planner b:%'").fetchone(), "pool b to follow too")
-            assert (planner_lock_holder(conn) or "").startswith("indexer head planner a:")
+        try:
+            a = work(db_url, url.url, "--follow", "--from", "0", "--workers", "2", INDEXER_WORKER_NAME="a", **env)
+            wait_for(lambda: (planner_lock_holder(conn) or "").startswith("indexer head planner a:"), "pool a to plan")
+            wait_for(lambda: copy_is_the_node_s(conn, node), "the chain to be indexed")
+            head = node.head()
+            assert conn.execute("SELECT count(*) FROM transactions WHERE block_number = %s", (head,)).fetchone()[0]
+            with psycopg.connect(db_url) as blocker:
+                if killed_while == "comparing with the node":
+                    caught_at = head
+                else:  # a's rollback deletes the orphans' logs, then waits for this lock on a transaction
+                    blocker.execute("SELECT 1 FROM transactions WHERE block_number = %s FOR UPDATE", (head,))
+                node.reorg(3)
+                node.mine(1)
+                if killed_while == "comparing with the node":
+                    wait_for(caught.is_set, "a's worker to ask the node for the blocks to compare")
+                else:
+                    waiting = wait_for(lambda: conn.execute(
+                        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM transactions%'").fetchone(), "a's rollback to be deleting")
+                    assert waiting[0].startswith("indexer worker a:"), waiting
+                b = work(db_url, node.url, "--follow", "--workers", "2", INDEXER_WORKER_NAME="b", **env)
+                wait_for(lambda: conn.execute("SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                                              " AND application_name LIKE 'indexer head planner b:%'").fetchone(), "pool b to follow too")
+                assert (planner_lock_holder(conn) or "").startswith("indexer head planner a:")
 
-            kill_all([a.proc.pid, *descendants(a.proc.pid)])
-            wait_for(lambda: (planner_lock_holder(conn) or "").startswith(f"indexer head planner b:{b.proc.pid}"),
-                     "pool b to take the planner lock", timeout=10)
-            wait_for(lambda: (follow.state(conn).planner or "") == f"b:{b.proc.pid}", "pool b to poll as the planner",
-                     timeout=10)
-            blocker.rollback()
-        release.set()
+                kill_all([a.proc.pid, *descendants(a.proc.pid)])
+                wait_for(lambda: (planner_lock_holder(conn) or "").startswith(f"indexer head planner b:{b.proc.pid}"),
+                         "pool b to take the planner lock", timeout=10)
+                wait_for(lambda: (follow.state(conn).planner or "") == f"b:{b.proc.pid}", "pool b to poll as the planner",
+                         timeout=10)
+                blocker.rollback()
+        finally:
+            release.set()  # a's answer, held back, goes (to no one); a test failing early holds none back
         node.mine(2)  # planned by pool b
         wait_for(lambda: copy_is_the_node_s(conn, node), "pool b to roll the reorg back and index the new blocks",
                  timeout=60)
