@@ -9,7 +9,10 @@ the fork point up, the fork point real, the depth within the bound), from every 
 rows of a block, and planned again, in one transaction (`verify.replan_orphans`). The deferred job
 then links and completes.
 
-A rollback refused halts the following (`follow.halt`): nothing is deleted, the head planner plans
+A refusal is not taken at the node's first word: a node switching forks (or a balancer switching
+nodes) may answer an unlinked chain, or a second reorg may land while the worker compares. The
+worker compares again, COMPARISONS times in all, COMPARE_AGAIN_SECONDS apart, and only a refusal
+met every time halts the following (`follow.halt`): nothing is deleted, the head planner plans
 nothing more, and `indexer status`, the log and `indexer_follow_halted` say what to run. While
 halted, workers meeting the fork only defer their jobs, and the node is not asked again.
 """
@@ -17,6 +20,7 @@ halted, workers meeting the fork only defer their jobs, and the node is not aske
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -28,6 +32,10 @@ from .rpc import RpcClient, RpcError
 from .settings import Settings
 
 log = logging.getLogger(__name__)
+
+# The node's answers are compared this many times, this far apart, before a refusal halts the following.
+COMPARISONS = 3
+COMPARE_AGAIN_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -47,16 +55,25 @@ def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkM
         return RolledBack(False, f"the following is halted ({current.halted_reason}); run `{current.halted_command}`")
     start, end = max(0, mismatch.stored - depth - 1), mismatch.stored + depth + 2
     command = f"indexer verify --from {start} --to {end} --against-node --repair"
-    try:
-        report = verify.against_node(conn, client, start, end, repair=verify.Repair(cfg.chunk, depth))
-    except (RpcError, ChainDataError) as exc:  # the node cannot be asked now: the job waits and tries again
-        return RolledBack(False, f"cannot roll back now: {redact(str(exc))}")
-    except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted
-        return _refused(conn, mismatch.stored, None, str(exc), command)
-    if report.refused is not None:
-        if report.refused.depth is not None:
-            command += f" --max-depth {report.refused.depth}"
-        return _refused(conn, mismatch.stored, report.refused.depth, report.refused.reason, command)
+    for comparison in range(1, COMPARISONS + 1):
+        try:
+            report = verify.against_node(conn, client, start, end, repair=verify.Repair(cfg.chunk, depth))
+        except (RpcError, ChainDataError) as exc:  # the node cannot be asked now: the job waits and tries again
+            return RolledBack(False, f"cannot roll back now: {redact(str(exc))}")
+        except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted
+            refused = forks.Refusal(str(exc))
+        else:
+            if report.refused is None:
+                break
+            refused = report.refused
+        if comparison < COMPARISONS:
+            log.warning("reorg not rolled back yet: %s; nothing deleted, comparing with the node again (%d of %d)",
+                        redact(refused.reason), comparison + 1, COMPARISONS)
+            time.sleep(COMPARE_AGAIN_SECONDS)
+    else:
+        if refused.depth is not None:
+            command += f" --max-depth {refused.depth}"
+        return _refused(conn, mismatch.stored, refused.depth, refused.reason, command)
     if report.rollback is not None and report.repaired_blocks:
         plan = report.rollback
         log.warning("reorg rolled back: %d orphaned block(s) above block %d (depth %d) deleted and planned again",

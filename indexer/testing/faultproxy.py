@@ -23,6 +23,10 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
   `limit_as="json-rpc"` HTTP 200 and -32005 "limit exceeded" for each call.
 - `results={method: value}`: calls of those methods are answered with that result, whatever the
   node would say (a node whose head is "0xzz", null, or a JSON number).
+- `rewrite=f`: each call's result from the node goes through `f(call, result)`, and the client
+  gets what it returns (a node that lies: blocks of another fork, hashes that do not link). It
+  runs in the thread answering the request, so it may also hold the answer back, or act on the
+  node meanwhile; what it changed is counted as "rewritten".
 - `slow_receipts=(T, S)`: a request asking eth_getBlockReceipts of a block of at least T
   transactions is answered S seconds late, as a node takes its time over a huge block's
   receipts; its transactions' receipts one by one come at once.
@@ -46,6 +50,7 @@ import random
 import threading
 import time
 from collections import Counter
+from typing import Callable
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote
 
@@ -87,6 +92,7 @@ class FaultProxy(LoopbackServer):
         echo: tuple[str, ...] = (),
         results: dict[str, object] | None = None,
         slow_receipts: tuple[int, float] | None = None,
+        rewrite: Callable[[dict, object], object] | None = None,
     ) -> None:
         self.upstream = upstream
         self.rate = rate
@@ -105,6 +111,7 @@ class FaultProxy(LoopbackServer):
         self.echo = list(echo)
         self.results = dict(results or {})
         self.slow_receipts = slow_receipts
+        self.rewrite = rewrite
         self._transactions: dict[str, int] = {}  # a block's transaction count, by its hash or number
         self._echoed = 0
         self._tokens = calls_per_second or 0.0
@@ -181,7 +188,7 @@ class FaultProxy(LoopbackServer):
             if self._closing.wait(self.slow_receipts[1]):
                 return
         local = {i: answer for i, c in enumerate(items) if (answer := self._own_answer(c)) is not None}
-        if local or (self.max_results is not None and batch):
+        if local or (self.max_results is not None and batch) or self.rewrite is not None:
             status, content = self._answer_some(items, batch, local)
         else:
             upstream = requests.post(self.upstream, data=body, headers={"Content-Type": "application/json"}, timeout=60)
@@ -238,6 +245,8 @@ class FaultProxy(LoopbackServer):
                                      headers={"Content-Type": "application/json"})
             got = orjson.loads(upstream.content)
             by_id = {a.get("id"): a for a in (got if isinstance(got, list) else [got]) if isinstance(a, dict)}
+            if self.rewrite is not None:
+                by_id = {id_: self._rewritten(forward, a) for id_, a in by_id.items()}
         answers = []
         for i, call in enumerate(items):
             id_ = call.get("id") if isinstance(call, dict) else None
@@ -248,6 +257,17 @@ class FaultProxy(LoopbackServer):
             cut = answers[self.max_results:]
             answers = answers[: self.max_results] + [_error(a.get("id"), RESPONSE_TOO_LARGE) for a in cut]
         return 200, orjson.dumps(answers if batch else answers[0])
+
+    def _rewritten(self, calls: list, answer: dict) -> dict:
+        """`answer`, its result passed through `rewrite`."""
+        assert self.rewrite is not None
+        call = next((c for c in calls if isinstance(c, dict) and c.get("id") == answer.get("id")), None)
+        if call is None or "result" not in answer:
+            return answer
+        result = self.rewrite(call, answer["result"])
+        if result != answer["result"]:
+            self._count("rewritten")
+        return {**answer, "result": result}
 
     def _limit_exceeded(self, h: BaseHTTPRequestHandler, items: list, batch: bool) -> None:
         answers = [_error(c.get("id") if isinstance(c, dict) else None, LIMIT_EXCEEDED) for c in items]
