@@ -22,9 +22,10 @@
 - Catch-up: `--catch-up` empty blocks mined at once by a pruned anvil, indexed from block 0 by
   `indexer plan --from 0 --to N+1` then `indexer work --drain`, and by `indexer work --follow
   --from 0`, each on a fresh database with the same workers and chunk (INDEXER_CHUNK), the two
-  taking turns `--catch-up-repeat` times; each timed from the pool's start to its last range
-  indexed (the database's clock: the last `index_blocks` job's `finished_at`), and the drain to
-  its exit too. Then the follower is shown 5 new blocks, one a second: their lag, measured as
+  taking turns `--catch-up-repeat` times; each timed from its start (the `indexer plan`
+  command's, or the follower's pool's) to its first range planned and its last range indexed (the
+  database's clock: the `index_blocks` jobs' `created_at` and `finished_at`), and the drain to its
+  exit too. Then the follower is shown 5 new blocks, one a second: their lag, measured as
   above (it settles to the head).
 - Idle: a follower caught up with a node that mines nothing, its CPU time (the pool and every
   process under it, from /proc) over `--idle` seconds; with it, the CPU of its database
@@ -33,10 +34,10 @@
 PostgreSQL: `--database-url` (scratch databases are made there and dropped), or by default one
 of its own started by scripts/pg-start (fsync off). anvil: INDEXER_TEST_ANVIL, or the one
 scripts/install-anvil put in .cache. Prints Markdown tables; BENCHMARKS.md holds the figures
-with this command. The default run takes about 8 minutes.
+with this command. The default run takes about 7 minutes.
 
     .venv/bin/python scripts/bench_follow.py [--block-times 1,0.25] [--duration 120] [--ws]
-        [--reorg-depths 1,2,5,10,20] [--reorg-repeat 2] [--catch-up 100000] [--catch-up-repeat 2]
+        [--reorg-depths 1,2,5,10,20] [--reorg-repeat 2] [--catch-up 100000] [--catch-up-repeat 3]
         [--idle 30] [--workers 2] [--parts lag,reorg,catchup,idle] [--database-url URL]
 """
 
