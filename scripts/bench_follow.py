@@ -52,7 +52,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import make_conninfo
