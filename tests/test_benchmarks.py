@@ -179,3 +179,27 @@ def test_bench_growth_runs_both_index_modes(tmp_path):
         run = out.split(f"### INDEXER_QUERY_INDEXES={mode}")[1].split("###")[0]
         assert sum(float(r[5]) for n in range(1, 11) for r in table_rows(run, f"{n} |")) > 0, run
     assert bench_databases() == before
+
+
+def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
+    before = bench_databases()
+    out = run_script("scripts/bench_follow.py", "--block-times", "0.5", "--duration", "3", "--ws",
+                     "--reorg-depths", "1,3", "--reorg-repeat", "1", "--catch-up", "300", "--catch-up-repeat", "2",
+                     "--idle", "1")
+    # Every block mined while watched is counted, stored and decoded, polling and with newHeads.
+    lags = table_rows(out, "0.5 s")
+    assert [r[0] for r in lags] == ["0.5 s", "0.5 s, newHeads"], out
+    assert all(int(r[1]) > 0 and r[2].count(" / ") == 2 and "-" not in r[3] for r in lags), out
+    # Each reorg is rolled back (the script checks the whole chain against the node's afterwards).
+    reorgs = [r for r in table_rows(out, "1 |") + table_rows(out, "3 |") if len(r) == 5]
+    assert [(r[0], r[1]) for r in reorgs] == [("1", "1"), ("3", "1")], out
+    assert re.search(r"All 2 reorgs: stored as the node's within [\d,]+ ms .* [2-9]\d* rollbacks recorded", out), out
+    # The drain and the follower take turns on the chain (the 5 blocks each follower is shown
+    # after its catch-up add to it); the follower settles to the head.
+    runs = [r for r in table_rows(out, "1 |") + table_rows(out, "2 |") if len(r) == 10]
+    assert [r[0] for r in runs] == ["1", "2"] and runs[0][1] == runs[0][5] == "301", out
+    assert runs[1][5] == "306" and runs[1][1] == "311", out  # the second round: the follower first
+    assert all(len(r[9].split(", ")) == 5 for r in runs), out
+    assert "The follower against the drain: " in out
+    assert re.search(r"\| [\d.]+% \| [\d.]+% \| [\d.]+% \|", out), out
+    assert bench_databases() == before
