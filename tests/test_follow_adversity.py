@@ -1,6 +1,7 @@
 """`indexer work --follow` against adversity: a node that lies while a worker rolls a reorg back
 (another chain behind the URL, answers whose blocks do not link, once or for good), the pool that
-plans killed with SIGKILL while its worker rolls back, and a chain mined on an interval. Real anvil
+plans killed with SIGKILL while its worker rolls back, or stalled with SIGSTOP, and a chain mined on
+an interval. Real anvil
 nodes (unpruned, so that `anvil_reorg` works), the fault proxy in front of them where the node
 must lie, a real PostgreSQL and real pools. (A reorg deeper than the bound, its status lines and
 its metric are tests/test_follow.py's, tests/test_status.py's and tests/test_observability.py's.)"""
@@ -8,6 +9,7 @@ its metric are tests/test_follow.py's, tests/test_status.py's and tests/test_obs
 from __future__ import annotations
 
 import re
+import signal
 import threading
 
 import psycopg
@@ -19,7 +21,7 @@ from indexer.follow import PLANNER_LOCK_KEYS
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node
-from indexer.testing.processes import descendants, kill_all
+from indexer.testing.processes import descendants, kill_all, signal_quietly
 from indexer.testing.waiting import wait_for
 
 from .conftest import run_indexer
@@ -261,3 +263,40 @@ def test_a_chain_mined_every_second_is_copied_as_it_grows_with_no_gap_and_no_wro
             head = wait_for(lambda: (h := node.head()) > head and h, "the node to mine a block")
             wait_for(lambda: consistent_up_to(head), f"block {head} to be indexed", timeout=30)
         assert_matches_node(conn, node.url, 0, head)
+
+
+def test_a_stalled_planning_pool_is_ended_by_the_other_and_comes_back_as_a_follower(db_url, conn, node, work):
+    """Pool a plans; it and its workers are stopped with SIGSTOP (a paused VM keeps its sessions,
+    and so its advisory lock). Pool b finds a's polls a lease old, ends a's planner session and
+    plans the new blocks itself. Resumed, a finds its connection gone and follows b's plan."""
+    env = {"INDEXER_LEASE_SECONDS": "3"}
+    a = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_WORKER_NAME="a", **env)
+    wait_for(lambda: (planner_lock_holder(conn) or "").startswith("indexer head planner a:"), "pool a to plan")
+    wait_for(lambda: copy_is_the_node_s(conn, node), "the chain to be indexed")
+    b = work(db_url, node.url, "--follow", "--workers", "1", INDEXER_WORKER_NAME="b", **env)
+    wait_for(lambda: conn.execute("SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                                  " AND application_name LIKE 'indexer head planner b:%'").fetchone(), "pool b to follow too")
+    stopped = [a.proc.pid, *descendants(a.proc.pid)]
+    try:
+        for pid in stopped:
+            signal_quietly(pid, signal.SIGSTOP)
+        node.mine(3)
+        wait_for(lambda: (planner_lock_holder(conn) or "").startswith(f"indexer head planner b:{b.proc.pid}"),
+                 "pool b to end the stalled holder's session and take the planner lock", timeout=30)
+        wait_for(lambda: copy_is_the_node_s(conn, node), "pool b to plan and index the new blocks", timeout=30)
+    finally:
+        for pid in stopped:
+            signal_quietly(pid, signal.SIGCONT)
+    node.mine(2)
+    wait_for(lambda: copy_is_the_node_s(conn, node), "the blocks mined after a's return to be indexed")
+    wait_for(lambda: "no longer the fleet's planner" in a.output(), "pool a to say it no longer plans")
+    assert (planner_lock_holder(conn) or "").startswith(f"indexer head planner b:{b.proc.pid}")
+    assert a.proc.poll() is None and b.proc.poll() is None, a.output() + b.output()
+    head = node.head()
+    assert_matches_node(conn, node.url, 0, head)
+    assert follow.state(conn).planned_through == head
+    # Every block planned once: the finished ranges do not overlap.
+    ranges = conn.execute("SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history"
+                          " WHERE kind = 'index_blocks' ORDER BY 1").fetchall()
+    assert all(prev[1] < nxt[0] for prev, nxt in zip(ranges, ranges[1:])), ranges
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone()[0] == 0
