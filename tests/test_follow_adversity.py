@@ -1,9 +1,8 @@
 """`indexer work --follow` against adversity: a node that lies while a worker rolls a reorg back
 (another chain behind the URL, answers whose blocks do not link, once or for good), the pool that
 plans killed with SIGKILL while its worker rolls back, or stalled with SIGSTOP, and a chain mined on
-an interval. Real anvil
-nodes (unpruned, so that `anvil_reorg` works), the fault proxy in front of them where the node
-must lie, a real PostgreSQL and real pools. (A reorg deeper than the bound, its status lines and
+an interval. Real anvil nodes (unpruned, so that `anvil_reorg` works), the fault proxy in front of
+them where the node must lie, a real PostgreSQL and real pools. (A reorg deeper than the bound, its status lines and
 its metric are tests/test_follow.py's, tests/test_status.py's and tests/test_observability.py's.)"""
 
 from __future__ import annotations
