@@ -11,7 +11,10 @@ then links and completes.
 
 A rollback refused halts the following (`follow.halt`): nothing is deleted, the head planner plans
 nothing more, and `indexer status`, the log and `indexer_follow_halted` say what to run. While
-halted, workers meeting the fork only defer their jobs, and the node is not asked again.
+halted, workers meeting the fork only defer their jobs, and the node is not asked again. A node
+whose answers changed between the comparison and the checks (a reorg landing meanwhile,
+`forks.Refusal.again`) halts nothing: the job waits, as when the node cannot be asked, and
+compares again.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkM
         return RolledBack(False, f"cannot roll back now: {redact(str(exc))}")
     except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted
         return _refused(conn, mismatch.stored, None, str(exc), command)
+    if report.refused is not None and report.refused.again:  # a reorg under way: the job waits and compares again
+        return RolledBack(False, f"cannot roll back now: {redact(report.refused.reason)}")
     if report.refused is not None:
         if report.refused.depth is not None:
             command += f" --max-depth {report.refused.depth}"
