@@ -570,8 +570,8 @@ def follow_report(conn: psycopg.Connection, node: Anvil, env: dict[str, str], he
     print(f"reorgs injected, depths: {depths}; recorded: {[(d, ok) for d, ok, _ in recorded]}")
     print(f"token transfers: {len(expected_transfers)} on the node, {len(decoded)} decoded; indexed through"
           f" {through.indexed}, decoded through {through.decoded}")
-    for how, took, old, new in handovers:
-        print(f"planner lock after the {how} of {old}: held by {new} {took:.2f} s later")
+    print("planner lock handed over after each kill or stall of its pool in: "
+          + ", ".join(f"{took:.2f} s ({how})" for how, took, _, _ in handovers))
     print(f"rollbacks in the pools' logs: {output.count('reorg rolled back')}; refused: "
           f"{output.count('NOT rolled back')}; put off (the node's answers changed, or it could not be asked): "
           f"{output.count('cannot roll back now')}; batches refused by the link check: {output.count('does not link')};"
