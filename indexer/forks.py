@@ -107,6 +107,7 @@ class Refusal:
 
     reason: str
     depth: int | None = None  # set when the orphans are the only trouble: they reach this deep
+    again: bool = False  # the node's answers changed since the comparison (a reorg under way): compare again
 
 
 def other_chain(conn: psycopg.Connection, client: RpcClient) -> str | None:
@@ -133,12 +134,14 @@ def _header(n: int, block: object) -> tuple[bytes, bytes] | str:
 
 
 def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence[Run], top: int, *,
-                  max_depth: int, window: int = WINDOW) -> Rollback | Refusal:
+                  max_depth: int, window: int = WINDOW, compared_from: int | None = None) -> Rollback | Refusal:
     """Whether the stored blocks of `orphans` (sorted runs, found to differ from the node's) may
     be deleted, asking the node again: reads only, outside any transaction. `top` is the highest
     stored block compared with the node (at or above the last orphan): its answers must link up
     to it, so that a node answering from two forks cannot pass for a reorg. The orphans found
-    again must be the ones given; a node whose answers changed meanwhile is refused too."""
+    again must be the ones given; a node whose answers changed meanwhile is refused too, `again`
+    (as is one that no longer agrees with the stored block below the orphans when the comparison,
+    from block `compared_from` up, found it the node's)."""
     if store.recorded_chain_id(conn) is None:
         return Refusal("the database records no chain yet (`indexer work` records it): nothing shows that the node"
                        " serves the stored blocks' chain")
@@ -168,6 +171,9 @@ def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence
             block_hash, parent = header
             if n == anchor:
                 if block_hash != anchor_hash:
+                    if compared_from is not None and anchor >= compared_from:
+                        return Refusal(f"the node's block {anchor:,} changed since it was compared (a deeper reorg"
+                                       " under way?): compare again", again=True)
                     return Refusal(
                         f"the node's block {anchor:,} is not the stored one either, so the stored chain and the node's"
                         f" share no block below the orphans from {fork:,} (a node of another chain, one answering"
@@ -183,5 +189,6 @@ def plan_rollback(conn: psycopg.Connection, client: RpcClient, orphans: Sequence
                     found.append((n, n))
             above = block_hash
     if found != list(orphans):
-        return Refusal("the node's hashes changed since they were compared (a reorg under way?): compare again")
+        return Refusal("the node's hashes changed since they were compared (a reorg under way?): compare again",
+                       again=True)
     return Rollback(anchor, found, depth, canonical)

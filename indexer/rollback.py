@@ -14,7 +14,10 @@ nodes) may answer an unlinked chain, or a second reorg may land while the worker
 worker compares again, COMPARISONS times in all, COMPARE_AGAIN_SECONDS apart, and only a refusal
 met every time halts the following (`follow.halt`): nothing is deleted, the head planner plans
 nothing more, and `indexer status`, the log and `indexer_follow_halted` say what to run. While
-halted, workers meeting the fork only defer their jobs, and the node is not asked again.
+halted, workers meeting the fork only defer their jobs, and the node is not asked again. A node
+whose answers changed between the comparison and the checks every time (reorgs still landing,
+`forks.Refusal.again`) halts nothing: the job waits, as when the node cannot be asked, and
+compares again later.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkM
                         redact(refused.reason), comparison + 1, COMPARISONS)
             time.sleep(COMPARE_AGAIN_SECONDS)
     else:
+        if refused.again:  # a reorg still under way: the job waits, as when the node cannot be asked
+            return RolledBack(False, f"cannot roll back now: {redact(refused.reason)}")
         if refused.depth is not None:
             command += f" --max-depth {refused.depth}"
         return _refused(conn, mismatch.stored, refused.depth, refused.reason, command)

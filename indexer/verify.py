@@ -386,7 +386,8 @@ def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: i
                 MISSING_RUNS, {"after": start, "end": up_to_head, "limit": SHOWN}).fetchall()
     if repair is not None and orphan_runs:
         assert report.top is not None  # every orphan was compared
-        plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window)
+        plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window,
+                                   compared_from=start)
         if isinstance(plan, forks.Refusal):
             report.refused = plan
         else:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexer import forks, store
+import pytest
+
+from indexer import follow, forks, rollback, store
+from indexer.settings import Settings
 
 from .test_verify import insert_linked_blocks
 
@@ -70,6 +73,69 @@ def test_what_a_repair_may_not_delete_is_refused_with_its_reason(conn):
 
     # The node's fork moved since the comparison found the orphans: a reorg under way.
     assert forks.plan_rollback(conn, Node(fork=15, head=25), [(12, 20)], 20, max_depth=64) == forks.Refusal(
-        "the node's hashes changed since they were compared (a reorg under way?): compare again")
+        "the node's hashes changed since they were compared (a reorg under way?): compare again", again=True)
     assert forks.plan_rollback(conn, Node(fork=12, head=25, lacks=14), [(12, 20)], 20, max_depth=64) == \
         forks.Refusal("the node has no block 14, below its head")
+
+
+class MovingNode(Node):
+    """A node whose fork moves after its first batch of headers: a second reorg lands while a
+    worker compares the stored blocks with the node's, before the rollback asks again."""
+
+    def __init__(self, fork: int, moved_to: int, head: int) -> None:
+        super().__init__(fork, head)
+        self.moved_to = moved_to
+
+    def batch(self, calls: list[tuple[str, Any]], parse: Any = None) -> list[Any]:
+        if calls[0][0] == "eth_blockNumber":
+            return [parse(hex(self.head)) if parse else hex(self.head)]
+        answers = super().batch(calls, parse)
+        if calls[0][0] == "eth_getBlockByNumber":
+            self.fork = self.moved_to
+        return answers
+
+
+class RestlessNode(Node):
+    """A node whose fork moves after every batch of headers, between two heights: reorgs keep
+    landing while a worker compares."""
+
+    def __init__(self, forks_: tuple[int, int], head: int) -> None:
+        super().__init__(forks_[0], head)
+        self.forks = forks_
+
+    def batch(self, calls: list[tuple[str, Any]], parse: Any = None) -> list[Any]:
+        if calls[0][0] == "eth_blockNumber":
+            return [parse(hex(self.head)) if parse else hex(self.head)]
+        answers = super().batch(calls, parse)
+        if calls[0][0] == "eth_getBlockByNumber":
+            self.fork = self.forks[1] if self.fork == self.forks[0] else self.forks[0]
+        return answers
+
+
+@pytest.mark.parametrize("fork, moved_to", [(15, 12), (12, 15)], ids=["deeper", "shallower"])
+def test_a_reorg_that_moves_during_a_rollback_is_compared_again_and_rolled_back_as_it_stands(conn, fork, moved_to):
+    # Seen in the chaos run's follow phase (reorgs every 1 to 3 s): the node's answers changed
+    # between the comparison and the rollback's second look, and the following halted for it.
+    insert_linked_blocks(conn, list(range(0, 21)))
+    store.record_chain_id(conn, CHAIN)
+    follow.prepare(conn, 0)
+    node = MovingNode(fork=fork, moved_to=moved_to, head=21)
+    mismatch = forks.ForkMismatch("block 21 from the node does not link to stored block 20", 20)
+    rolled = rollback.roll_back(conn, node, mismatch, Settings(database_url="postgresql://unused", rpc_url="http://unused"))
+    assert rolled.done and f"depth {21 - moved_to}" in rolled.detail, rolled
+    assert follow.state(conn).halted_at is None
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == moved_to
+
+
+def test_reorgs_that_keep_landing_during_a_rollback_leave_the_job_waiting_and_do_not_halt_the_following(conn):
+    insert_linked_blocks(conn, list(range(0, 21)))
+    store.record_chain_id(conn, CHAIN)
+    follow.prepare(conn, 0)
+    node = RestlessNode((15, 12), head=21)
+    mismatch = forks.ForkMismatch("block 21 from the node does not link to stored block 20", 20)
+    rolled = rollback.roll_back(conn, node, mismatch, Settings(database_url="postgresql://unused", rpc_url="http://unused"))
+    # Nothing deleted, nothing recorded: the job waits and compares again, as when the node cannot be asked.
+    assert not rolled.done and "compare again" in rolled.detail, rolled
+    assert follow.state(conn).halted_at is None
+    assert follow.last_reorg(conn) is None
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 21
