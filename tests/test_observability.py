@@ -395,8 +395,8 @@ def test_a_halt_repaired_after_the_planner_moved_to_another_pool_ends_on_the_das
                      "the halt's alert")
 
             def moved() -> bool:  # pool a's planner loses its session, as it would its database connection
-                if planner().startswith("a:"):
-                    conn.execute("SELECT pg_terminate_backend(planner_pid) FROM follow_state")
+                # One statement, so that the session ended is a's even if b took over since planner() read it.
+                conn.execute("SELECT pg_terminate_backend(planner_pid) FROM follow_state WHERE planner LIKE 'a:%%'")
                 return planner().startswith("b:")
 
             wait_for(moved, "pool b to take the planner lock")
