@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import psycopg
 import pytest
 from eth_utils import keccak
 from psycopg import sql
@@ -15,7 +14,7 @@ from psycopg import sql
 from indexer import follow, planner
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.faultproxy import FaultProxy
-from indexer.testing.node_compare import assert_matches_node
+from indexer.testing.node_compare import assert_matches_node, copy_is_the_node_s, stored_hashes
 from indexer.testing.waiting import wait_for
 
 from .conftest import run_indexer
@@ -31,20 +30,6 @@ def node():
     with Anvil("--no-mining") as n:
         build_chain(n, busy_blocks=4)
         yield n
-
-
-def stored_hashes(conn: psycopg.Connection) -> dict[int, str]:
-    return dict(conn.execute("SELECT number, '0x' || encode(hash, 'hex') FROM blocks ORDER BY number").fetchall())
-
-
-def copy_is_the_node_s(conn: psycopg.Connection, node) -> bool:
-    """Every block up to the node's head is stored, with the node's hash, and nothing above it."""
-    head = node.head()
-    stored = stored_hashes(conn)
-    if sorted(stored) != list(range(head + 1)):
-        return False
-    canonical = node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in range(head + 1)])
-    return all(stored[n] == block["hash"] for n, block in enumerate(canonical))
 
 
 def ping(node, blocks: int) -> None:

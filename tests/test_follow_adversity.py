@@ -7,21 +7,20 @@ its metric are tests/test_follow.py's, tests/test_status.py's and tests/test_obs
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 
 import psycopg
 import pytest
-import requests
 
 from indexer import follow
 from indexer.follow import PLANNER_LOCK_KEYS
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.faultproxy import FaultProxy
-from indexer.testing.node_compare import assert_matches_node
+from indexer.testing.node_compare import assert_matches_node, copy_is_the_node_s, stored_hashes
 from indexer.testing.processes import descendants, kill_all, signal_quietly
 from indexer.testing.waiting import wait_for
+from indexer.testing.work import pool_metric
 
 from .conftest import run_indexer
 
@@ -31,30 +30,6 @@ def node():
     with Anvil("--no-mining") as n:
         build_chain(n, busy_blocks=4)
         yield n
-
-
-def stored_hashes(conn: psycopg.Connection) -> dict[int, str]:
-    return dict(conn.execute("SELECT number, '0x' || encode(hash, 'hex') FROM blocks ORDER BY number").fetchall())
-
-
-def copy_is_the_node_s(conn: psycopg.Connection, node) -> bool:
-    """Every block up to the node's head is stored, with the node's hash, and nothing above it."""
-    head = node.head()
-    stored = stored_hashes(conn)
-    if sorted(stored) != list(range(head + 1)):
-        return False
-    canonical = node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in range(head + 1)])
-    return all(stored[n] == block["hash"] for n, block in enumerate(canonical))
-
-
-def metric(port: int, name: str) -> float | None:
-    """A sample of the pool's /metrics, or None while it is not served."""
-    try:
-        page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    except requests.ConnectionError:
-        return None
-    found = re.search(rf"^{name} (\S+)$", page, re.M)
-    return float(found[1]) if found else None
 
 
 def headers_at(call: dict, height: int) -> bool:
@@ -79,7 +54,7 @@ def assert_halted_with_nothing_deleted(conn: psycopg.Connection, db_url: str, po
     lines = status.stdout.splitlines()
     assert lines[0].startswith("FOLLOWING HALTED") and lines[0].endswith(f": {halted.halted_reason}"), lines
     assert lines[1] == f"  nothing more is planned until a repair; run: {halted.halted_command}", lines
-    wait_for(lambda: metric(port, "indexer_follow_halted") == 1, "indexer_follow_halted to be 1")
+    wait_for(lambda: pool_metric(port, "indexer_follow_halted") == 1, "indexer_follow_halted to be 1")
     return halted
 
 

@@ -10,11 +10,11 @@ import re
 
 import psycopg
 import pytest
-import requests
 
 from indexer.heads import MAX_RETRY_SECONDS, RETRY_SECONDS, retry_delay
 from indexer.testing.anvil import Anvil, free_port
 from indexer.testing.waiting import wait_for
+from indexer.testing.work import pool_metric
 from indexer.testing.ws_proxy import WsProxy
 
 # A key as providers put it in the path, and a user and password.
@@ -24,16 +24,6 @@ USER, PASSWORD = "indexer", "S3cretPassw0rd"
 
 def indexed(conn: psycopg.Connection, number: int) -> bool:
     return conn.execute("SELECT 1 FROM blocks WHERE number = %(n)s", {"n": number}).fetchone() is not None
-
-
-def metric(port: int, name: str) -> float | None:
-    """A sample of the pool's /metrics, or None while it is not served."""
-    try:
-        page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    except requests.ConnectionError:
-        return None
-    found = re.search(rf"^{name} (\S+)$", page, re.M)
-    return float(found[1]) if found else None
 
 
 def follow(work, db_url: str, node: Anvil, ws_url: str, *, poll: str, **env: str):
@@ -60,24 +50,24 @@ def test_polling_goes_on_while_the_subscription_is_down_and_the_subscription_com
     port = free_port()
     with Anvil("--no-mining") as node, WsProxy(f"ws://127.0.0.1:{node.port}") as proxy:
         w = follow(work, db_url, node, proxy.url, poll="1", INDEXER_METRICS_PORT=str(port))
-        wait_for(lambda: metric(port, "indexer_follow_subscribed") == 1, "the subscription")
+        wait_for(lambda: pool_metric(port, "indexer_follow_subscribed") == 1, "the subscription")
         node.mine(1)
         wait_for(lambda: indexed(conn, 1), "block 1")
-        wait_for(lambda: (metric(port, "indexer_follow_new_heads_total") or 0) >= 1, "block 1's announcement")
+        wait_for(lambda: (pool_metric(port, "indexer_follow_new_heads_total") or 0) >= 1, "block 1's announcement")
 
         proxy.drop()
-        wait_for(lambda: metric(port, "indexer_follow_subscribed") == 0, "the subscription to be seen gone")
+        wait_for(lambda: pool_metric(port, "indexer_follow_subscribed") == 0, "the subscription to be seen gone")
         node.mine(1)
         wait_for(lambda: indexed(conn, 2), "block 2, found by polling while the subscription is down")
         assert re.search(rf"WARNING indexer\.heads: head subscription at {proxy.url}: the connection closed \(.*\);"
                          r" polling goes on, subscribing again in [\d.]+ s", w.output()), w.output()
 
         proxy.restore()
-        wait_for(lambda: metric(port, "indexer_follow_subscribed") == 1, "the subscription to come back")
+        wait_for(lambda: pool_metric(port, "indexer_follow_subscribed") == 1, "the subscription to come back")
         node.mine(1)
         wait_for(lambda: indexed(conn, 3), "block 3")
         wait_for(lambda: "new heads arrive again" in w.output(), "block 3's announcement")
-        assert metric(port, "indexer_follow_new_heads_total") >= 2
+        assert pool_metric(port, "indexer_follow_new_heads_total") >= 2
         assert w.proc.poll() is None, w.output()
 
 

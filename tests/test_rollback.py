@@ -79,36 +79,20 @@ def test_what_a_repair_may_not_delete_is_refused_with_its_reason(conn):
 
 
 class MovingNode(Node):
-    """A node whose fork moves after its first batch of headers: a second reorg lands while a
-    worker compares the stored blocks with the node's, before the rollback asks again."""
+    """A node whose fork moves after its first batch of headers (a second reorg lands while a
+    worker compares the stored blocks with the node's, before the rollback asks again), and with
+    `restless`, moves back and forth after every batch (reorgs keep landing)."""
 
-    def __init__(self, fork: int, moved_to: int, head: int) -> None:
+    def __init__(self, fork: int, moved_to: int, head: int, restless: bool = False) -> None:
         super().__init__(fork, head)
-        self.moved_to = moved_to
+        self.moves = (moved_to, fork) if restless else (moved_to, moved_to)
 
     def batch(self, calls: list[tuple[str, Any]], parse: Any = None) -> list[Any]:
         if calls[0][0] == "eth_blockNumber":
             return [parse(hex(self.head)) if parse else hex(self.head)]
         answers = super().batch(calls, parse)
         if calls[0][0] == "eth_getBlockByNumber":
-            self.fork = self.moved_to
-        return answers
-
-
-class RestlessNode(Node):
-    """A node whose fork moves after every batch of headers, between two heights: reorgs keep
-    landing while a worker compares."""
-
-    def __init__(self, forks_: tuple[int, int], head: int) -> None:
-        super().__init__(forks_[0], head)
-        self.forks = forks_
-
-    def batch(self, calls: list[tuple[str, Any]], parse: Any = None) -> list[Any]:
-        if calls[0][0] == "eth_blockNumber":
-            return [parse(hex(self.head)) if parse else hex(self.head)]
-        answers = super().batch(calls, parse)
-        if calls[0][0] == "eth_getBlockByNumber":
-            self.fork = self.forks[1] if self.fork == self.forks[0] else self.forks[0]
+            self.fork = self.moves[0] if self.fork != self.moves[0] else self.moves[1]
         return answers
 
 
@@ -131,7 +115,7 @@ def test_reorgs_that_keep_landing_during_a_rollback_leave_the_job_waiting_and_do
     insert_linked_blocks(conn, list(range(0, 21)))
     store.record_chain_id(conn, CHAIN)
     follow.prepare(conn, 0)
-    node = RestlessNode((15, 12), head=21)
+    node = MovingNode(fork=15, moved_to=12, head=21, restless=True)
     mismatch = forks.ForkMismatch("block 21 from the node does not link to stored block 20", 20)
     rolled = rollback.roll_back(conn, node, mismatch, Settings(database_url="postgresql://unused", rpc_url="http://unused"))
     # Nothing deleted, nothing recorded: the job waits and compares again, as when the node cannot be asked.

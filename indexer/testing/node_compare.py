@@ -77,3 +77,17 @@ def snapshot(conn: psycopg.Connection) -> list:
     """Every chain row with its row version (xmin): equal snapshots mean nothing was rewritten."""
     return [conn.execute(f"SELECT xmin::text, t.* FROM {table} t ORDER BY 2, 3").fetchall()
             for table in ("blocks", "transactions", "logs", "withdrawals")]
+
+
+def stored_hashes(conn: psycopg.Connection) -> dict[int, str]:
+    return dict(conn.execute("SELECT number, '0x' || encode(hash, 'hex') FROM blocks ORDER BY number").fetchall())
+
+
+def copy_is_the_node_s(conn: psycopg.Connection, node) -> bool:
+    """Every block up to the node's head is stored, with the node's hash, and nothing above it."""
+    head = node.head()
+    stored = stored_hashes(conn)
+    if sorted(stored) != list(range(head + 1)):
+        return False
+    canonical = node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in range(head + 1)])
+    return all(stored[n] == block["hash"] for n, block in enumerate(canonical))

@@ -6,6 +6,7 @@ left in /tmp even when a test kills the pool with SIGKILL and its own clean-up n
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import psycopg
+import requests
 
 from .processes import kill_all, with_environment
 
@@ -104,3 +106,13 @@ def running_job(conn: psycopg.Connection, past_first: bool = True) -> tuple[int,
         + (" AND cursor > (payload->>'from')::bigint" if past_first else "") + " ORDER BY id LIMIT 1"
     ).fetchone()
     return (row[0], int(row[1].rsplit(":", 1)[1])) if row else None
+
+
+def pool_metric(port: int, name: str) -> float | None:
+    """A sample of a pool's /metrics, or None while it is not served."""
+    try:
+        page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except requests.ConnectionError:
+        return None
+    found = re.search(rf"^{name} (\S+)$", page, re.M)
+    return float(found[1]) if found else None
