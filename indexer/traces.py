@@ -1,0 +1,244 @@
+"""The calls inside a block's transactions, from either tracer family, as one kind of row.
+
+Nodes trace in two families, and a trace row must not depend on which one answered:
+- go-ethereum's `callTracer` (`debug_traceBlockByNumber(n, {"tracer": "callTracer"})`: go-ethereum,
+  reth, nethermind, anvil) gives each transaction's call tree, frames nested in `calls`;
+- parity's `trace_block(n)` (erigon, reth, nethermind, anvil) gives a flat list in which each
+  trace names its place in the tree (`traceAddress`), plus the block's rewards on chains that
+  have them.
+
+`from_call_tracer` and `from_trace_block` turn each into `Trace`s, in the same order (by
+transaction, then depth first), with the same place (`trace_address`), type, addresses, value,
+input and output, and whether the call failed. What the families say differently stays theirs:
+the error's words (`execution reverted` / `Reverted`), and gas, which `trace_block` gives net
+of a transaction's intrinsic gas at the top level and `callTracer` gross. Every key of either
+family not in a column is kept in `extra`, verbatim, as for the other tables.
+
+`check_against_block` holds the rows to the block they describe before anything is written: one
+top-level call per transaction, from the transaction's sender, to its recipient (or creating the
+receipt's contract), with its value and input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rows import ChainDataError
+
+CALL_TYPES = ("CALL", "DELEGATECALL", "STATICCALL", "CALLCODE", "CREATE", "CREATE2", "SELFDESTRUCT", "REWARD")
+
+# callTracer frame keys held in columns (or in the tree's shape: `calls`).
+_FRAME_KNOWN = frozenset({"type", "from", "to", "value", "gas", "gasUsed", "input", "output", "error", "revertReason",
+                          "calls"})
+# trace_block: the keys of a trace, of its action and of its result held in columns.
+_TRACE_KNOWN = frozenset({"type", "action", "result", "error", "traceAddress", "subtraces", "transactionPosition",
+                          "transactionHash", "blockNumber", "blockHash"})
+_ACTION_KNOWN = {
+    "call": frozenset({"callType", "from", "to", "value", "gas", "input"}),
+    "create": frozenset({"from", "value", "gas", "init", "creationMethod"}),
+    "suicide": frozenset({"address", "refundAddress", "balance"}),
+    "selfdestruct": frozenset({"address", "refundAddress", "balance"}),
+    "reward": frozenset({"author", "value", "rewardType"}),
+}
+_RESULT_KNOWN = {"call": frozenset({"gasUsed", "output"}), "create": frozenset({"gasUsed", "address", "code"})}
+
+
+@dataclass
+class Trace:
+    block_number: int
+    transaction_index: int | None  # None for a block's reward
+    trace_address: tuple[int, ...]  # the path from the transaction's top-level call: () is that call
+    type: str  # one of CALL_TYPES
+    from_address: str | None
+    to_address: str | None  # for a CREATE, the contract created (None when the creation failed)
+    value: int | None
+    gas: int | None
+    gas_used: int | None
+    input: str | None
+    output: str | None
+    error: str | None
+    revert_reason: str | None
+    subtraces: int
+    extra: dict[str, Any] = field(default_factory=dict)
+    # What the tracer says the call belongs to, checked against the block, not stored.
+    transaction_hash: str | None = None
+    block_hash: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def _quantity(value: Any, what: str, number: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value[:2] in ("0x", "0X"):
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    raise ChainDataError(f"block {number}: a trace's {what} is {value!r}, not a hex number")
+
+
+def _address(value: Any, what: str, number: int) -> str | None:
+    if value is None:
+        return None
+    if not (isinstance(value, str) and len(value) == 42 and value[:2] == "0x"):
+        raise ChainDataError(f"block {number}: a trace's {what} is {value!r}, not an address")
+    return value.lower()
+
+
+def _data(value: Any, what: str, number: int) -> str | None:
+    if value is None:
+        return None
+    if not (isinstance(value, str) and value[:2] == "0x" and len(value) % 2 == 0):
+        raise ChainDataError(f"block {number}: a trace's {what} is {value!r}, not hex data")
+    return value.lower()
+
+
+def _extra(item: dict[str, Any], known: frozenset[str], prefix: str = "") -> dict[str, Any]:
+    return {prefix + k: v for k, v in item.items() if k not in known}
+
+
+def from_call_tracer(number: int, answer: Any) -> list[Trace]:
+    """`debug_traceBlockByNumber` with `callTracer`: a list, one item per transaction, each
+    `{"txHash": ..., "result": frame}` (go-ethereum, reth) or the frame itself (older nodes)."""
+    if not isinstance(answer, list):
+        raise ChainDataError(f"block {number}: the call tracer answered {type(answer).__name__}, not a list")
+    traces: list[Trace] = []
+    for index, item in enumerate(answer):
+        if not isinstance(item, dict):
+            raise ChainDataError(f"block {number}: the call tracer's item {index} is not an object")
+        if "error" in item and "result" not in item:
+            raise ChainDataError(f"block {number}: the call tracer could not trace transaction {index}: {item['error']}")
+        start = len(traces)
+        _walk(number, index, (), item["result"] if "result" in item else item, traces)
+        traces[start].transaction_hash = item.get("txHash")
+    return traces
+
+
+def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[Trace]) -> None:
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        raise ChainDataError(f"block {number}: transaction {index}'s call {list(path)} is not a call frame")
+    kind = frame["type"].upper()
+    if kind not in CALL_TYPES:
+        raise ChainDataError(f"block {number}: transaction {index}'s call {list(path)} has the unknown type {kind!r}")
+    calls = frame.get("calls") or []
+    if not isinstance(calls, list):
+        raise ChainDataError(f"block {number}: transaction {index}'s call {list(path)} has calls that are not a list")
+    out.append(Trace(
+        block_number=number, transaction_index=index, trace_address=path, type=kind,
+        from_address=_address(frame.get("from"), "from", number),
+        to_address=_address(frame.get("to"), "to", number),
+        value=_quantity(frame.get("value", "0x0" if kind in ("DELEGATECALL", "STATICCALL") else None), "value", number),
+        gas=_quantity(frame.get("gas"), "gas", number),
+        gas_used=_quantity(frame.get("gasUsed"), "gasUsed", number),
+        input=_data(frame.get("input"), "input", number),
+        # callTracer leaves an empty output out; trace_block says "0x".
+        output=_data(frame.get("output", None if "error" in frame else "0x"), "output", number),
+        error=frame.get("error"), revert_reason=frame.get("revertReason"), subtraces=len(calls),
+        extra=_extra(frame, _FRAME_KNOWN),
+    ))
+    for position, call in enumerate(calls):
+        _walk(number, index, (*path, position), call, out)
+
+
+def from_trace_block(number: int, answer: Any) -> list[Trace]:
+    """`trace_block`: a flat list of traces, each with its `traceAddress` and
+    `transactionPosition` (None for a reward)."""
+    if not isinstance(answer, list):
+        raise ChainDataError(f"block {number}: trace_block answered {type(answer).__name__}, not a list")
+    traces = []
+    for position, item in enumerate(answer):
+        if not isinstance(item, dict) or not isinstance(item.get("action"), dict):
+            raise ChainDataError(f"block {number}: trace_block's item {position} is not a trace")
+        kind, action, result = item.get("type"), item["action"], item.get("result") or {}
+        if kind not in _ACTION_KNOWN:
+            raise ChainDataError(f"block {number}: trace_block's item {position} has the unknown type {kind!r}")
+        of = item.get("blockNumber", number)
+        if (_quantity(of, "blockNumber", number) if isinstance(of, str) else of) != number:
+            raise ChainDataError(f"block {number}: trace_block's item {position} is of block {of!r}")
+        address = item.get("traceAddress")
+        if not isinstance(address, list) or not all(isinstance(a, int) and a >= 0 for a in address):
+            raise ChainDataError(f"block {number}: trace_block's item {position} has the traceAddress {address!r}")
+        tx = item.get("transactionPosition")
+        if tx is not None and not (isinstance(tx, int) and tx >= 0):
+            raise ChainDataError(f"block {number}: trace_block's item {position} has the transactionPosition {tx!r}")
+        extra = _extra(item, _TRACE_KNOWN) | _extra(action, _ACTION_KNOWN[kind], "action.")
+        if kind in _RESULT_KNOWN:
+            extra |= _extra(result, _RESULT_KNOWN[kind], "result.")
+        if kind == "call":
+            call_type = str(action.get("callType", "call")).upper()
+            frm, to, value, data = action.get("from"), action.get("to"), action.get("value"), action.get("input")
+            output = result.get("output")
+        elif kind == "create":
+            call_type = "CREATE2" if action.get("creationMethod") == "create2" else "CREATE"
+            frm, to, value, data = action.get("from"), result.get("address"), action.get("value"), action.get("init")
+            output = result.get("code")
+        elif kind == "reward":
+            call_type, frm, to, value, data, output = "REWARD", None, action.get("author"), action.get("value"), None, None
+            extra["action.rewardType"] = action.get("rewardType")
+        else:
+            call_type = "SELFDESTRUCT"
+            frm, to, value = action.get("address"), action.get("refundAddress"), action.get("balance")
+            data = output = None
+        if call_type not in CALL_TYPES:
+            raise ChainDataError(f"block {number}: trace_block's item {position} has the unknown call type {call_type!r}")
+        traces.append(Trace(
+            block_number=number, transaction_index=tx, trace_address=tuple(address), type=call_type,
+            from_address=_address(frm, "from", number), to_address=_address(to, "to", number),
+            value=_quantity(value, "value", number), gas=_quantity(action.get("gas"), "gas", number),
+            gas_used=_quantity(result.get("gasUsed"), "gasUsed", number),
+            input=_data(data, "input", number), output=_data(output, "output", number),
+            error=item.get("error"), revert_reason=None, subtraces=_count(item.get("subtraces"), number, position),
+            extra=extra, transaction_hash=item.get("transactionHash"), block_hash=item.get("blockHash"),
+        ))
+    return traces
+
+
+def _count(value: Any, number: int, position: int) -> int:
+    if not (isinstance(value, int) and value >= 0):
+        raise ChainDataError(f"block {number}: trace_block's item {position} has the subtraces {value!r}")
+    return value
+
+
+def check_against_block(number: int, traces: list[Trace], block: dict[str, Any], receipts: list[dict[str, Any]]) -> None:
+    """One top-level call per transaction, in order, equal to the transaction: its sender, its
+    recipient or the contract its receipt says it created, its value and its input; and each
+    call's subtraces are the calls found below it."""
+    transactions = block.get("transactions") or []
+    top = [t for t in traces if t.trace_address == () and t.transaction_index is not None]
+    if [t.transaction_index for t in top] != list(range(len(transactions))):
+        raise ChainDataError(f"block {number}: the traces have top-level calls for transactions "
+                             f"{[t.transaction_index for t in top]}, the block {len(transactions)} transaction(s)")
+    for t in traces:
+        if t.block_hash is not None and t.block_hash.lower() != block["hash"].lower():
+            raise ChainDataError(f"block {number}: a trace names block {t.block_hash}, the block is {block['hash']}")
+    for trace, tx, receipt in zip(top, transactions, receipts):
+        if trace.transaction_hash is not None and trace.transaction_hash.lower() != tx["hash"].lower():
+            raise ChainDataError(f"block {number}: the trace of transaction {trace.transaction_index} names "
+                                 f"{trace.transaction_hash}, the block's transaction is {tx['hash']}")
+        created = receipt.get("contractAddress") if tx.get("to") is None else None
+        expected = {
+            "from": (tx.get("from") or "").lower(),
+            "to": (tx.get("to") or created or "").lower() or None,
+            "value": int(tx.get("value", "0x0"), 16),
+            "input": (tx.get("input") or "0x").lower(),
+        }
+        # A failed creation creates nothing: the tracer names no address, and neither does the receipt.
+        found = {"from": trace.from_address, "to": trace.to_address, "value": trace.value or 0,
+                 "input": trace.input or "0x"}
+        for key in expected:
+            if found[key] != expected[key]:
+                raise ChainDataError(f"block {number}: transaction {trace.transaction_index}'s top-level call has "
+                                     f"{key} {found[key]!r}, the transaction {expected[key]!r}")
+    below: dict[tuple[int | None, tuple[int, ...]], int] = {}
+    for t in traces:
+        if t.trace_address:
+            key = (t.transaction_index, t.trace_address[:-1])
+            below[key] = below.get(key, 0) + 1
+    for t in traces:
+        if below.get((t.transaction_index, t.trace_address), 0) != t.subtraces:
+            raise ChainDataError(f"block {number}: transaction {t.transaction_index}'s call {list(t.trace_address)} "
+                                 f"says it made {t.subtraces} call(s); {below.get((t.transaction_index, t.trace_address), 0)} found")
