@@ -134,9 +134,12 @@ def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[
         value=_quantity(frame.get("value", "0x0" if kind in ("DELEGATECALL", "STATICCALL") else None), "value", number),
         gas=_quantity(frame.get("gas"), "gas", number),
         gas_used=_quantity(frame.get("gasUsed"), "gasUsed", number),
-        input=_data(frame.get("input"), "input", number),
-        # callTracer leaves an empty output out; trace_block says "0x".
-        output=_data(frame.get("output", None if "error" in frame else "0x"), "output", number),
+        # A SELFDESTRUCT carries no data (callTracer says "0x", trace_block nothing); callTracer
+        # leaves any other call's empty output out, where trace_block says "0x".
+        input=None if kind == "SELFDESTRUCT" and frame.get("input") in (None, "0x") else
+        _data(frame.get("input"), "input", number),
+        output=None if kind == "SELFDESTRUCT" else
+        _data(frame.get("output", None if "error" in frame else "0x"), "output", number),
         error=frame.get("error"), revert_reason=frame.get("revertReason"), subtraces=len(calls),
         extra=_extra(frame, _FRAME_KNOWN),
     ))
