@@ -10,8 +10,10 @@ Nodes trace in two families, and a trace row must not depend on which one answer
 `from_call_tracer` and `from_trace_block` turn each into `Trace`s, in the same order (by
 transaction, then depth first), with the same place (`trace_address`), type, addresses, value,
 input and output, and whether the call failed. What the families say differently stays theirs:
-the error's words (`execution reverted` / `Reverted`), and gas, which `trace_block` gives net
-of a transaction's intrinsic gas at the top level and `callTracer` gross. Every key of either
+the error's words (`execution reverted` / `Reverted`); gas, which `trace_block` gives net
+of a transaction's intrinsic gas at the top level and `callTracer` gross; and a CALLCODE's `to`,
+which `callTracer` gives as the address of the code run and `trace_block` as the caller's own
+(whose storage it runs on), so that the code's address is not in its answer at all. Every key of either
 family not in a column is kept in `extra`, verbatim, as for the other tables.
 
 `check_against_block` holds the rows to the block they describe before anything is written: one
@@ -110,7 +112,7 @@ def from_call_tracer(number: int, answer: Any) -> list[Trace]:
     for index, item in enumerate(answer):
         if not isinstance(item, dict):
             raise ChainDataError(f"block {number}: the call tracer's item {index} is not an object")
-        if "error" in item and "result" not in item:
+        if "result" not in item and "type" not in item:  # {"txHash", "error"}: no trace of this transaction
             raise ChainDataError(f"block {number}: the call tracer could not trace transaction {index}: {item['error']}")
         start = len(traces)
         _walk(number, index, (), item["result"] if "result" in item else item, traces)
