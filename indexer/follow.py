@@ -49,11 +49,24 @@ PLANNER_LOCK_KEYS = {"k1": 0x736B6970, "k2": 0x68656164}
 TRY_PLANNER_LOCK = "SELECT pg_try_advisory_lock(%(k1)s, %(k2)s)"
 
 # A pool that finds the holder silent for `silent` seconds ends its session: the lock goes with it.
+# Advisory locks are per database, and another database on the server may be indexed too, with
+# the same keys: only this database's holder is looked at.
 END_SILENT_HOLDER = """
 SELECT pg_terminate_backend(l.pid)
 FROM pg_locks l JOIN follow_state f ON f.planner_pid = l.pid
 WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND f.polled_at < now() - make_interval(secs => %(silent)s)
+"""
+
+# The session holding this database's planner lock: its pid, its application name ("indexer head
+# planner NAME:PID") and the pool it polled for last (None until its first poll). For the chaos
+# run and the tests, which watch the lock change hands.
+PLANNER_SESSION = """
+SELECT l.pid, a.application_name, f.planner
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN follow_state f ON f.planner_pid = l.pid
+WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 
 STATE = """

@@ -277,12 +277,13 @@ TOKEN_INIT = f"0x60{len(TOKEN_RUNTIME) // 2:02x}600c60003960{len(TOKEN_RUNTIME) 
 MAX_FOLLOW_REORG = 20
 HANDOVER_WAIT = 20  # the longest a handover of the planner's lock is waited for
 
-# The session holding the head planner's lock, and the pool it plans for (follow_state.planner,
-# "NAME:PID", written by the holder at each poll with its session's pid).
-PLANNER_HOLDER = """
-SELECT l.pid, f.planner FROM pg_locks l LEFT JOIN follow_state f ON f.planner_pid = l.pid
-WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
-"""
+
+
+def planner_holder(conn: psycopg.Connection) -> tuple[int, str | None] | None:
+    """The session holding the head planner's lock, and the pool it plans for
+    (follow_state.planner, "NAME:PID", written by the holder at each poll with its session's pid)."""
+    row = conn.execute(follow.PLANNER_SESSION, follow.PLANNER_LOCK_KEYS).fetchone()
+    return None if row is None else (row[0], row[2])
 
 
 class Pools:
@@ -406,7 +407,7 @@ def follow_phase(args: argparse.Namespace, rnd: random.Random, url: str, node: A
                 next_reorg = now + rnd.uniform(1.0, 3.0)
             if watching is not None:
                 watching = handed_over(conn, watching, handovers)
-            holder = conn.execute(PLANNER_HOLDER, follow.PLANNER_LOCK_KEYS).fetchone()
+            holder = planner_holder(conn)
             if watching is None and plan and now - started >= plan[0][1] and holder is not None:
                 slot = pools.slot_of(holder[1])
                 if slot is not None:
@@ -464,7 +465,7 @@ def follow_phase(args: argparse.Namespace, rnd: random.Random, url: str, node: A
 def handed_over(conn: psycopg.Connection, watching: dict, handovers: list) -> dict | None:
     """Whether another session holds the planner's lock now (then recorded, and a stalled pool
     resumed); None when no longer watching (also after HANDOVER_WAIT seconds, then not recorded)."""
-    holder = conn.execute(PLANNER_HOLDER, follow.PLANNER_LOCK_KEYS).fetchone()
+    holder = planner_holder(conn)
     took = time.monotonic() - watching["at"]
     if holder is not None and holder[0] != watching["session"] and holder[1]:
         handovers.append((watching["how"], took, watching["from"], holder[1]))

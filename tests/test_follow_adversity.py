@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import uuid
 
 import psycopg
 import pytest
@@ -22,7 +23,7 @@ from indexer.testing.processes import descendants, kill_all, signal_quietly
 from indexer.testing.waiting import wait_for
 from indexer.testing.work import pool_metric
 
-from .conftest import run_indexer
+from .conftest import create_database, drop_database, run_indexer
 
 
 @pytest.fixture
@@ -138,12 +139,8 @@ def test_a_node_that_fails_a_rollback_s_checks_once_is_asked_again_and_the_follo
 def planner_lock_holder(conn: psycopg.Connection) -> str | None:
     """The application name of the session holding the head planner's advisory lock on this
     database (the tests running beside this one follow in databases of their own)."""
-    row = conn.execute(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted"
-        "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        PLANNER_LOCK_KEYS).fetchone()
-    return row[0] if row else None
+    row = conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone()
+    return row[1] if row else None
 
 
 @pytest.mark.parametrize("killed_while", ["comparing with the node", "deleting the orphans"])
@@ -274,3 +271,34 @@ def test_a_stalled_planning_pool_is_ended_by_the_other_and_comes_back_as_a_follo
                           " WHERE kind = 'index_blocks' ORDER BY 1").fetchall()
     assert all(prev[1] < nxt[0] for prev, nxt in zip(ranges, ranges[1:])), ranges
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone()[0] == 0
+
+
+def test_a_silent_holder_is_looked_for_in_this_database_only(db_url, conn, template_db):
+    """Two databases on one server, each followed: advisory locks carry the same keys in both.
+    A follow_state that names a session of the other database (a pid reused since its planner
+    died) ends nothing there; this database's own silent holder is ended."""
+    other = f"t_{uuid.uuid4().hex[:12]}"
+    other_url = create_database(other, template=template_db)
+    try:
+        with psycopg.connect(other_url, autocommit=True) as elsewhere, \
+                psycopg.connect(db_url, autocommit=True) as here:
+            for holder in (elsewhere, here):
+                assert holder.execute(follow.TRY_PLANNER_LOCK, PLANNER_LOCK_KEYS).fetchone()[0]
+            silent = {"silent": 60}
+
+            def names(pid: int) -> None:
+                conn.execute("INSERT INTO follow_state (planned_through, planner, planner_pid, polled_at)"
+                             " VALUES (0, 'x:1', %s, now() - interval '1 hour') ON CONFLICT (singleton)"
+                             " DO UPDATE SET planner_pid = EXCLUDED.planner_pid, polled_at = EXCLUDED.polled_at", (pid,))
+
+            names(elsewhere.info.backend_pid)
+            assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == []
+            assert elsewhere.execute("SELECT 1").fetchone() == (1,)  # its session lives on
+            assert conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone()[0] == here.info.backend_pid
+
+            names(here.info.backend_pid)
+            assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == [(True,)]
+            wait_for(lambda: conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone() is None,
+                     "this database's silent holder to be gone")
+    finally:
+        drop_database(other)
