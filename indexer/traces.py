@@ -41,7 +41,7 @@ _ACTION_KNOWN = {
     "create": frozenset({"from", "value", "gas", "init", "creationMethod"}),
     "suicide": frozenset({"address", "refundAddress", "balance"}),
     "selfdestruct": frozenset({"address", "refundAddress", "balance"}),
-    "reward": frozenset({"author", "value", "rewardType"}),
+    "reward": frozenset({"author", "value"}),  # rewardType ("block", "uncle") is kept in extra
 }
 _RESULT_KNOWN = {"call": frozenset({"gasUsed", "output"}), "create": frozenset({"gasUsed", "address", "code"})}
 
@@ -183,7 +183,6 @@ def from_trace_block(number: int, answer: Any) -> list[Trace]:
             output = result.get("code")
         elif kind == "reward":
             call_type, frm, to, value, data, output = "REWARD", None, action.get("author"), action.get("value"), None, None
-            extra["action.rewardType"] = action.get("rewardType")
         else:
             call_type = "SELFDESTRUCT"
             frm, to, value = action.get("address"), action.get("refundAddress"), action.get("balance")
