@@ -21,11 +21,15 @@ DECODE_LOGS = "decode_logs"
 # Builds the query indexes of one partition of the chain tables, whose range it names
 # (indexer/partitions.py); enqueued once nothing is left to write into the partition.
 INDEX_PARTITION = "index_partition"
+# Fetches and stores the traces of a range's stored transactions (indexer/index_traces.py):
+# planned by `indexer plan --traces`, or enqueued by the completion of an `index_blocks` job when
+# INDEXER_TRACES is on.
+INDEX_TRACES = "index_traces"
 
 # Kinds whose payload is a block range; the database's constraint names the same kinds
 # (schema/007_block_range_payloads.sql, made again by 008_decoded_events.sql and
-# 011_partitioned_chain_tables.sql): a new kind is added to both.
-RANGE_KINDS = frozenset({JOB_KIND, DECODE_LOGS, INDEX_PARTITION})
+# 011_partitioned_chain_tables.sql and 015_traces.sql): a new kind is added to both.
+RANGE_KINDS = frozenset({JOB_KIND, DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES})
 
 # The largest block number a job may name: one below PostgreSQL's bigint maximum, because
 # ranges are computed as int8range, whose half-open upper bound must itself fit in a bigint.

@@ -30,6 +30,12 @@ class Unrunnable(Exception):
     """A job that no retry can make succeed (an unknown kind, a malformed payload): failed at once."""
 
 
+class Unready(Exception):
+    """A job that cannot run until something else is done, which nothing queued will do (the
+    traces of blocks not stored, with no job to store them): given back, an attempt spent, so
+    that it fails with this error kept unless the operator plans what it waits for."""
+
+
 @dataclass(frozen=True)
 class Ended:
     """How a runner ended its claim (an error it raises ends it too: the worker gives it back)."""

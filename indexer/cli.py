@@ -135,6 +135,10 @@ def build_parser() -> Parser:
     p.add_argument("--from", dest="start", type=block_number, required=True, metavar="BLOCK", help="first block (inclusive)")
     p.add_argument("--to", dest="end", type=block_number, required=True, metavar="BLOCK", help="end block (exclusive)")
     p.add_argument("--chunk", type=chunk_size, metavar="BLOCKS", help="blocks per job (default 10000; INDEXER_CHUNK)")
+    p.add_argument("--traces", action="store_true",
+                   help="plan index_traces jobs instead: every call of every transaction of the range, from the"
+                   " node's tracers, checked against the stored transactions (for a range indexed already, or"
+                   " planned; INDEXER_TRACES=true gives every range indexed its traces)")
 
     p = commands.add_parser(
         "work",
@@ -287,10 +291,11 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.database_url) as conn:
         db.check_schema(conn)  # a database migrated by an older version lacks the partitions' function
         result = planner.plan(conn, args.start, args.end, cfg.chunk, partition_blocks=cfg.partition_blocks,
-                              index_now=cfg.query_indexes == "during")
+                              index_now=cfg.query_indexes == "during", traces=args.traces)
     already = result.blocks_already_planned
     print(
-        f"planned {counted(result.jobs_added, 'index_blocks job')} ({counted(result.blocks_added, 'block')}) for"
+        f"planned {counted(result.jobs_added, 'index_traces job' if args.traces else 'index_blocks job')}"
+        f" ({counted(result.blocks_added, 'block')}) for"
         f" blocks {args.start:,}..{args.end - 1:,}; {counted(already, 'block')} {'was' if already == 1 else 'were'}"
         " already planned"
     )

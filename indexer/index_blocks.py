@@ -195,5 +195,5 @@ def run(worker: Worker, job: Claim) -> Ended:
         return Ended(Outcome.DEFERRED, f"blocks {cursor}..{end} are past the safe head {safe}")
     done = Ended(Outcome.DONE, f"blocks {blocks.first}..{end}")
     if worker.prefetch.ahead_job() is not None:
-        return done if queue.complete(worker.conn, job) else LOST
+        return done if queue.complete(worker.conn, job, traces=worker.cfg.traces) else LOST
     return worker.complete_and_claim(job, done)

@@ -95,6 +95,19 @@ class Counted:
         self.logs_skipped = Counter(
             "indexer_logs_skipped", "Logs of a decoded event that could not be decoded (they never fail a job),"
             " by reason", ["reason"], registry=None)
+        # -- by the workers' traces jobs (index_traces.py)
+        self.trace_fetch_seconds = Histogram(
+            "indexer_trace_fetch_seconds", "Asking the node for one window's traces and checking them against the"
+            " stored transactions", buckets=_SLOW, registry=None)
+        self.trace_write_seconds = Histogram(
+            "indexer_trace_write_seconds", "Writing one window's traces and its heartbeat (one transaction)",
+            buckets=_FAST, registry=None)
+        self.blocks_traced = Counter("indexer_blocks_traced", "Blocks whose traces were written", registry=None)
+        self.traces = Counter("indexer_traces_indexed", "Rows written to traces (calls, and rewards where the node"
+                              " gives them)", registry=None)
+        self.trace_mismatches = Counter(
+            "indexer_trace_mismatches", "Traces refused because they do not describe the stored block (asked again,"
+            " then the job given back naming the endpoint)", registry=None)
         # -- by the workers' index jobs (partitions.py)
         self.index_build_seconds = Histogram(
             "indexer_partition_index_build_seconds", "Building one query index of a partition of the chain tables"

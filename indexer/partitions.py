@@ -1,7 +1,7 @@
 """The partitions of the chain tables, and the query indexes built on each once its blocks are in.
 
-`blocks`, `transactions`, `logs`, `withdrawals` and `token_transfers` are partitioned by block
-number (schema/011_partitioned_chain_tables.sql). `indexer plan` makes the partitions of its range
+`blocks`, `transactions`, `logs`, `withdrawals`, `token_transfers` and `traces` are partitioned by
+block number (schema/011_partitioned_chain_tables.sql, 015_traces.sql). `indexer plan` makes the partitions of its range
 (`ensure`) in the transaction that makes its jobs, so every row a worker writes has a partition.
 
 The query indexes (transactions by hash, by sender and by recipient, logs by contract and event,
@@ -52,7 +52,8 @@ ENSURE = "SELECT chain_ensure_partitions(%(first)s, %(last)s, %(size)s, %(index_
 
 # A partition is ready for its index job when nothing is left to write into it: no job that
 # writes blocks or decoded events overlaps it, whatever its status (a failed job's blocks are
-# missing, so the partition is not done). One statement marks the partitions and enqueues their
+# missing, so the partition is not done), nor a live one that writes traces (failed traces, from a
+# node that serves no tracer, must not keep the partition's blocks from their indexes). One statement marks the partitions and enqueues their
 # jobs, so two reapers at once enqueue each job once (the second finds index_job_at set). Claims
 # go by run_at: dated just before the plan that made the partition, an index job is claimed
 # before the ranges planned with it, so a backfill indexes its partitions as they fill, not after
@@ -61,7 +62,7 @@ ENQUEUE_INDEX_JOBS = f"""
 WITH live AS (  -- one pass over the jobs, however many partitions wait
     SELECT coalesce(range_agg(int8range(job_block_number(payload->'from'), job_block_number(payload->'to'), '[]')),
                     '{{}}'::int8multirange) AS blocks
-    FROM jobs WHERE kind IN ('index_blocks', 'decode_logs')
+    FROM jobs WHERE kind IN ('index_blocks', 'decode_logs') OR (kind = 'index_traces' AND status <> 'failed')
 ), ready AS (
     UPDATE chain_partitions p SET index_job_at = now()
     FROM live

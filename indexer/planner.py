@@ -1,4 +1,4 @@
-"""`indexer plan`: block ranges -> `index_blocks` jobs.
+"""`indexer plan`: block ranges -> `index_blocks` jobs (with --traces, `index_traces` jobs).
 
 Jobs are cut on the grid of multiples of `chunk` (as `block_range.cut` cuts them), so
 overlapping plans produce the same boundaries. A plan adds jobs only for the part of its range
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from . import partitions, queue
-from .block_range import JOB_KIND, MAX_END
+from .block_range import INDEX_TRACES, JOB_KIND, MAX_END
 from .errors import IndexerError
 from .settings import DEFAULT_PARTITION_BLOCKS, MAX_CHUNK
 
@@ -34,7 +34,7 @@ PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
 # blocks that are (or would have been) added. The jobs' ids follow their block order. Cell ends
 # are computed as least(g, hi - chunk) + chunk, never g + chunk, which could pass the bigint
 # maximum at the top of the range.
-PLAN_JOBS = """
+_PLAN = """
 WITH covered AS (
     -- The block ranges of `block_ranges`, read here from the tables: the finished ones only from
     -- the plan's start up (jobs_history_last_block_idx), so that a plan at the head of a followed
@@ -43,11 +43,11 @@ WITH covered AS (
     SELECT int8range(b.first, b.last, '[]') AS r
     FROM jobs, LATERAL (SELECT job_block_number(payload->'from') AS first, job_block_number(payload->'to') AS last
                         OFFSET 0) b
-    WHERE jobs.kind = 'index_blocks' AND b.first <= b.last
+    WHERE jobs.kind = '{kind}' AND b.first <= b.last
     UNION ALL
     SELECT int8range(job_block_number(payload->'from'), job_block_number(payload->'to'), '[]')
     FROM jobs_history
-    WHERE kind = 'index_blocks' AND job_block_number(payload->'to') >= %(start)s::bigint
+    WHERE kind = '{kind}' AND job_block_number(payload->'to') >= %(start)s::bigint
       AND job_block_number(payload->'from') <= job_block_number(payload->'to')
 ),
 gaps AS MATERIALIZED (
@@ -55,7 +55,7 @@ gaps AS MATERIALIZED (
     FROM unnest(
         int8multirange(int8range(%(start)s::bigint, %(end)s::bigint))
         - coalesce((SELECT range_agg(r) FROM covered WHERE r && int8range(%(start)s::bigint, %(end)s::bigint)),
-                   '{}'::int8multirange)
+                   '{{}}'::int8multirange)
     ) AS u
 ),
 totals AS MATERIALIZED (
@@ -65,7 +65,7 @@ totals AS MATERIALIZED (
 ),
 added AS (
     INSERT INTO jobs (kind, payload)
-    SELECT %(kind)s,
+    SELECT '{kind}',
            jsonb_build_object('from', greatest(g, lo), 'to', least(g, hi - %(chunk)s::bigint) + %(chunk)s::bigint - 1)
     FROM gaps, generate_series(lo / %(chunk)s::bigint * %(chunk)s::bigint, hi - 1, %(chunk)s::bigint) AS g
     -- No column of the join: a one-time filter, so an oversized plan generates no cell at all.
@@ -74,6 +74,9 @@ added AS (
 )
 SELECT jobs, blocks FROM totals
 """
+PLAN_JOBS = _PLAN.format(kind=JOB_KIND)
+# `indexer plan --traces`: the same for the traces of blocks (indexed already, or to be).
+PLAN_TRACES = _PLAN.format(kind=INDEX_TRACES)
 
 
 class PlanTooLarge(IndexerError):
@@ -88,19 +91,20 @@ class PlanResult:
 
 
 def plan(conn: psycopg.Connection, start: int, end: int, chunk: int, *, partition_blocks: int = DEFAULT_PARTITION_BLOCKS,
-         index_now: bool = False, max_jobs: int = MAX_JOBS) -> PlanResult:
+         index_now: bool = False, max_jobs: int = MAX_JOBS, traces: bool = False) -> PlanResult:
     """Plans [start, end) in one transaction with at most one NOTIFY, after making the partitions
     it lacks, on the grid of `partition_blocks` (with their query indexes if `index_now`).
     PlanTooLarge, and nothing written, if that would make more than `max_jobs` jobs or meet more
-    than `partitions.MAX_PARTITIONS` grid cells."""
+    than `partitions.MAX_PARTITIONS` grid cells. With `traces`, the jobs are `index_traces` jobs,
+    for the part of the range no such job covers yet."""
     if not 0 <= start < end <= MAX_END:
         raise ValueError(f"need 0 <= start < end <= {MAX_END}, got [{start}, {end})")
     if not 0 < chunk <= MAX_CHUNK:
         raise ValueError(f"chunk must be between 1 and {MAX_CHUNK}, got {chunk}")
-    params = {"start": start, "end": end, "chunk": chunk, "kind": JOB_KIND, "max_jobs": max_jobs}
+    params = {"start": start, "end": end, "chunk": chunk, "max_jobs": max_jobs}
     with conn.transaction():
         conn.execute(PLAN_LOCK)
-        jobs, blocks = (int(n) for n in conn.execute(PLAN_JOBS, params).fetchone())
+        jobs, blocks = (int(n) for n in conn.execute(PLAN_TRACES if traces else PLAN_JOBS, params).fetchone())
         if jobs > max_jobs:
             raise PlanTooLarge(
                 f"blocks {start:,}..{end - 1:,} in chunks of {chunk:,} would make {jobs:,} new jobs; one plan"

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .block_range import DECODE_LOGS, check_payload
+from .block_range import DECODE_LOGS, INDEX_TRACES, check_payload
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .states import JobStatus
 
@@ -130,6 +130,13 @@ finished AS (
     -- so a backfill decodes as it goes rather than after its last range.
     INSERT INTO jobs (kind, payload, run_at)
     SELECT '{DECODE_LOGS}', payload, created_at - interval '1 microsecond' FROM finished WHERE kind = '{INDEX_BLOCKS}'
+), trace AS (
+    -- With INDEXER_TRACES on, the traces of the range too, the same way (after its decoding),
+    -- unless a repair that planned the range again planned its traces with it (jobs_traces_payload_idx).
+    INSERT INTO jobs (kind, payload, run_at)
+    SELECT '{INDEX_TRACES}', payload, created_at FROM finished f
+    WHERE kind = '{INDEX_BLOCKS}' AND %(traces)s
+      AND NOT EXISTS (SELECT FROM jobs t WHERE t.kind = '{INDEX_TRACES}' AND t.payload = f.payload)
 )"""
 
 COMPLETE = f"WITH {_FINISH} SELECT id FROM archived"
@@ -360,29 +367,31 @@ def split(conn: psycopg.Connection, kind: str, *, min_blocks: int) -> tuple[int,
     return conn.execute(SPLIT, {"kind": kind, "min_blocks": min_blocks}).fetchone()
 
 
-def complete(conn: psycopg.Connection, job: Claim) -> bool:
+def complete(conn: psycopg.Connection, job: Claim, *, traces: bool = False) -> bool:
     """Archives the job as done. False: the claim was lost and the job is not ours to finish."""
-    return bool(complete_many(conn, [job]))
+    return bool(complete_many(conn, [job], traces=traces))
 
 
-def complete_many(conn: psycopg.Connection, jobs: Sequence[Claim]) -> set[int]:
-    """Archives the jobs in one statement; returns the ids finished (a lost claim's is missing)."""
-    rows = conn.execute(COMPLETE, _finish_params(jobs)).fetchall()
+def complete_many(conn: psycopg.Connection, jobs: Sequence[Claim], *, traces: bool = False) -> set[int]:
+    """Archives the jobs in one statement; returns the ids finished (a lost claim's is missing).
+    With `traces`, each block range finished enqueues its `index_traces` job."""
+    rows = conn.execute(COMPLETE, _finish_params(jobs, traces)).fetchall()
     return {row[0] for row in rows}
 
 
 def complete_and_claim(
-    conn: psycopg.Connection, jobs: Sequence[Claim], worker: str, *, lease_seconds: float, limit: int = 1
+    conn: psycopg.Connection, jobs: Sequence[Claim], worker: str, *, lease_seconds: float, limit: int = 1,
+    traces: bool = False,
 ) -> tuple[set[int], list[Claim]]:
     """`complete_many` and `claim` in one round trip: (ids finished, jobs claimed)."""
-    params = _finish_params(jobs) | {"worker": worker, "lease": lease_seconds, "limit": limit}
+    params = _finish_params(jobs, traces) | {"worker": worker, "lease": lease_seconds, "limit": limit}
     rows = conn.execute(COMPLETE_AND_CLAIM, params).fetchall()
     claims = sorted((Claim(*row[1:]) for row in rows if row[1] is not None), key=lambda c: c.id)
     return set(rows[0][0]), claims
 
 
-def _finish_params(jobs: Sequence[Claim]) -> dict[str, Any]:
-    return {"ids": [j.id for j in jobs], "tokens": [j.token for j in jobs]}
+def _finish_params(jobs: Sequence[Claim], traces: bool) -> dict[str, Any]:
+    return {"ids": [j.id for j in jobs], "tokens": [j.token for j in jobs], "traces": traces}
 
 
 def give_back(

@@ -136,6 +136,14 @@ class Settings(BaseSettings):
     verify_roots: bool = Field(
         False, description="recompute each block's transactions, receipts and withdrawals roots before writing it"
         " (off by default: it adds about a third to a worker's CPU per dense block; BENCHMARKS.md)")
+    traces: bool = Field(
+        False, description="index every call of every transaction from the node's tracers (debug_traceBlockByNumber with"
+        " callTracer, or trace_block): each block range indexed gets an index_traces job (off by default: tracing is"
+        " expensive for a node, and not every node serves it)")
+    trace_batch_transactions: int = Field(
+        500, gt=0, le=100_000,
+        description="an index_traces job asks the node for the traces of about this many transactions at a time, and"
+        " writes them in one transaction (1 to 100,000)")
 
     metrics_host: str = Field(
         "127.0.0.1",

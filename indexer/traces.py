@@ -18,13 +18,21 @@ family not in a column is kept in `extra`, verbatim, as for the other tables.
 
 `check_against_block` holds the rows to the block they describe before anything is written: one
 top-level call per transaction, from the transaction's sender, to its recipient (or creating the
-receipt's contract), with its value and input.
+receipt's contract), with its value and input, failed exactly when its receipt says it failed;
+every call's count of subcalls equal to the calls found below it. `settle` then gives the rows
+what neither family says alike: the top-level call's gas used is the receipt's (the tracer's own
+figure is kept in `extra`), and `reverted` marks each call that failed or sits inside one that
+did (callTracer marks only the frame that failed: the calls below it succeeded, then were undone).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import re
+
+import orjson
 
 from .rows import ChainDataError
 
@@ -45,6 +53,15 @@ _ACTION_KNOWN = {
 }
 _RESULT_KNOWN = {"call": frozenset({"gasUsed", "output"}), "create": frozenset({"gasUsed", "address", "code"})}
 
+# Bounds of what a column holds, so that a hostile answer is refused here, by name, rather than
+# by the database: numeric(78,0) for value, bigint for gas, integer for positions. The EVM's call
+# depth is at most 1024, so no path is longer.
+MAX_VALUE = 2**256 - 1
+MAX_GAS = 2**63 - 1
+MAX_INT = 2**31 - 1
+MAX_DEPTH = 1025
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash and "u0000"
+
 
 @dataclass
 class Trace:
@@ -63,6 +80,7 @@ class Trace:
     revert_reason: str | None
     subtraces: int
     extra: dict[str, Any] = field(default_factory=dict)
+    reverted: bool = False  # this call or one it is inside failed (`settle`)
     # What the tracer says the call belongs to, checked against the block, not stored.
     transaction_hash: str | None = None
     block_hash: str | None = None
@@ -72,15 +90,27 @@ class Trace:
         return self.error is not None
 
 
-def _quantity(value: Any, what: str, number: int) -> int | None:
+def _quantity(value: Any, what: str, number: int, most: int = MAX_GAS) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value[:2] in ("0x", "0X"):
+    if isinstance(value, str) and value[:2] in ("0x", "0X") and len(value) <= 66:
         try:
-            return int(value, 16)
+            n = int(value, 16)
         except ValueError:
             pass
-    raise ChainDataError(f"block {number}: a trace's {what} is {value!r}, not a hex number")
+        else:
+            if n <= most:
+                return n
+            raise ChainDataError(f"block {number}: a trace's {what} is {value}, more than a {what} can be")
+    raise ChainDataError(f"block {number}: a trace's {what} is {str(value)[:80]!r}, not a hex number")
+
+
+def _text(value: Any, what: str, number: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or "\x00" in value:
+        raise ChainDataError(f"block {number}: a trace's {what} is {str(value)[:80]!r}, not text")
+    return value
 
 
 def _address(value: Any, what: str, number: int) -> str | None:
@@ -103,6 +133,18 @@ def _extra(item: dict[str, Any], known: frozenset[str], prefix: str = "") -> dic
     return {prefix + k: v for k, v in item.items() if k not in known}
 
 
+def _storable(number: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra`, if jsonb can hold it: no NUL character, no number past 64 bits."""
+    if extra:
+        try:
+            text = orjson.dumps(extra)
+        except TypeError:
+            raise ChainDataError(f"block {number}: a trace holds a number jsonb cannot store") from None
+        if _JSON_NUL.search(text):
+            raise ChainDataError(f"block {number}: a trace holds a NUL character, which jsonb cannot store")
+    return extra
+
+
 def from_call_tracer(number: int, answer: Any) -> list[Trace]:
     """`debug_traceBlockByNumber` with `callTracer`: a list, one item per transaction, each
     `{"txHash": ..., "result": frame}` (go-ethereum, reth) or the frame itself (older nodes)."""
@@ -116,11 +158,14 @@ def from_call_tracer(number: int, answer: Any) -> list[Trace]:
             raise ChainDataError(f"block {number}: the call tracer could not trace transaction {index}: {item['error']}")
         start = len(traces)
         _walk(number, index, (), item["result"] if "result" in item else item, traces)
-        traces[start].transaction_hash = item.get("txHash")
+        traces[start].transaction_hash = _text(item.get("txHash"), "txHash", number)
+    _mark_reverted(traces)
     return traces
 
 
 def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[Trace]) -> None:
+    if len(path) >= MAX_DEPTH:
+        raise ChainDataError(f"block {number}: transaction {index}'s calls nest deeper than the EVM allows")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise ChainDataError(f"block {number}: transaction {index}'s call {list(path)} is not a call frame")
     kind = frame["type"].upper()
@@ -133,7 +178,8 @@ def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[
         block_number=number, transaction_index=index, trace_address=path, type=kind,
         from_address=_address(frame.get("from"), "from", number),
         to_address=_address(frame.get("to"), "to", number),
-        value=_quantity(frame.get("value", "0x0" if kind in ("DELEGATECALL", "STATICCALL") else None), "value", number),
+        value=_quantity(frame.get("value", "0x0" if kind in ("DELEGATECALL", "STATICCALL") else None), "value", number,
+                        MAX_VALUE),
         gas=_quantity(frame.get("gas"), "gas", number),
         gas_used=_quantity(frame.get("gasUsed"), "gasUsed", number),
         # A SELFDESTRUCT carries no data (callTracer says "0x", trace_block nothing); callTracer
@@ -142,8 +188,9 @@ def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[
         _data(frame.get("input"), "input", number),
         output=None if kind == "SELFDESTRUCT" else
         _data(frame.get("output", None if "error" in frame else "0x"), "output", number),
-        error=frame.get("error"), revert_reason=frame.get("revertReason"), subtraces=len(calls),
-        extra=_extra(frame, _FRAME_KNOWN),
+        error=_text(frame.get("error"), "error", number),
+        revert_reason=_text(frame.get("revertReason"), "revertReason", number), subtraces=len(calls),
+        extra=_storable(number, _extra(frame, _FRAME_KNOWN)),
     ))
     for position, call in enumerate(calls):
         _walk(number, index, (*path, position), call, out)
@@ -165,10 +212,11 @@ def from_trace_block(number: int, answer: Any) -> list[Trace]:
         if (_quantity(of, "blockNumber", number) if isinstance(of, str) else of) != number:
             raise ChainDataError(f"block {number}: trace_block's item {position} is of block {of!r}")
         address = item.get("traceAddress")
-        if not isinstance(address, list) or not all(isinstance(a, int) and a >= 0 for a in address):
+        if not isinstance(address, list) or len(address) >= MAX_DEPTH or \
+                not all(type(a) is int and 0 <= a <= MAX_INT for a in address):
             raise ChainDataError(f"block {number}: trace_block's item {position} has the traceAddress {address!r}")
         tx = item.get("transactionPosition")
-        if tx is not None and not (isinstance(tx, int) and tx >= 0):
+        if tx is not None and not (type(tx) is int and 0 <= tx <= MAX_INT):
             raise ChainDataError(f"block {number}: trace_block's item {position} has the transactionPosition {tx!r}")
         extra = _extra(item, _TRACE_KNOWN) | _extra(action, _ACTION_KNOWN[kind], "action.")
         if kind in _RESULT_KNOWN:
@@ -192,25 +240,42 @@ def from_trace_block(number: int, answer: Any) -> list[Trace]:
         traces.append(Trace(
             block_number=number, transaction_index=tx, trace_address=tuple(address), type=call_type,
             from_address=_address(frm, "from", number), to_address=_address(to, "to", number),
-            value=_quantity(value, "value", number), gas=_quantity(action.get("gas"), "gas", number),
+            value=_quantity(value, "value", number, MAX_VALUE), gas=_quantity(action.get("gas"), "gas", number),
             gas_used=_quantity(result.get("gasUsed"), "gasUsed", number),
             input=_data(data, "input", number), output=_data(output, "output", number),
-            error=item.get("error"), revert_reason=None, subtraces=_count(item.get("subtraces"), number, position),
-            extra=extra, transaction_hash=item.get("transactionHash"), block_hash=item.get("blockHash"),
+            error=_text(item.get("error"), "error", number), revert_reason=None,
+            subtraces=_count(item.get("subtraces"), number, position), extra=_storable(number, extra),
+            transaction_hash=_text(item.get("transactionHash"), "transactionHash", number),
+            block_hash=_text(item.get("blockHash"), "blockHash", number),
         ))
+    _mark_reverted(traces)
     return traces
 
 
+def _mark_reverted(traces: list[Trace]) -> None:
+    """`reverted` for each call that failed or sits below one that did: both families mark only
+    the call that failed, though the calls below it were undone with it."""
+    failed = {(t.transaction_index, t.trace_address) for t in traces if t.failed}
+    if not failed:
+        return
+    for t in traces:
+        t.reverted = any((t.transaction_index, t.trace_address[:depth]) in failed
+                         for depth in range(len(t.trace_address) + 1))
+
+
 def _count(value: Any, number: int, position: int) -> int:
-    if not (isinstance(value, int) and value >= 0):
+    if not (type(value) is int and 0 <= value <= MAX_INT):
         raise ChainDataError(f"block {number}: trace_block's item {position} has the subtraces {value!r}")
     return value
 
 
 def check_against_block(number: int, traces: list[Trace], block: dict[str, Any], receipts: list[dict[str, Any]]) -> None:
     """One top-level call per transaction, in order, equal to the transaction: its sender, its
-    recipient or the contract its receipt says it created, its value and its input; and each
-    call's subtraces are the calls found below it."""
+    recipient or the contract its receipt says it created, its value and its input, failed
+    exactly when the receipt's status says so; each log of a receipt emitted by a call of its
+    transaction that was not undone (the account whose code context the call ran in: a dropped
+    call that emitted a log is caught here); and each call's subtraces are the calls found below
+    it."""
     transactions = block.get("transactions") or []
     top = [t for t in traces if t.trace_address == () and t.transaction_index is not None]
     if [t.transaction_index for t in top] != list(range(len(transactions))):
@@ -237,6 +302,20 @@ def check_against_block(number: int, traces: list[Trace], block: dict[str, Any],
             if found[key] != expected[key]:
                 raise ChainDataError(f"block {number}: transaction {trace.transaction_index}'s top-level call has "
                                      f"{key} {found[key]!r}, the transaction {expected[key]!r}")
+        status = receipt.get("status")
+        if status in ("0x0", "0x1") and trace.failed != (status == "0x0"):
+            raise ChainDataError(f"block {number}: transaction {trace.transaction_index}'s top-level call "
+                                 f"{'failed' if trace.failed else 'succeeded'}, its receipt says the opposite")
+    emitters: dict[int | None, set[str | None]] = {}
+    for t in traces:
+        if not t.reverted:
+            context = t.from_address if t.type in ("DELEGATECALL", "CALLCODE") else t.to_address
+            emitters.setdefault(t.transaction_index, set()).add(context)
+    for index, receipt in enumerate(receipts):
+        for entry in receipt.get("logs") or ():
+            if (entry.get("address") or "").lower() not in emitters.get(index, ()):
+                raise ChainDataError(f"block {number}: transaction {index} has a log of {entry.get('address')}, and no "
+                                     "call of it that was not undone ran in that account: a call is missing")
     below: dict[tuple[int | None, tuple[int, ...]], int] = {}
     for t in traces:
         if t.trace_address:
@@ -246,3 +325,16 @@ def check_against_block(number: int, traces: list[Trace], block: dict[str, Any],
         if below.get((t.transaction_index, t.trace_address), 0) != t.subtraces:
             raise ChainDataError(f"block {number}: transaction {t.transaction_index}'s call {list(t.trace_address)} "
                                  f"says it made {t.subtraces} call(s); {below.get((t.transaction_index, t.trace_address), 0)} found")
+
+
+def settle(traces: list[Trace], receipts: list[dict[str, Any]], tracer_key: str) -> None:
+    """After `check_against_block`: each top-level call's gas used is its receipt's. The families
+    disagree about it (trace_block leaves out the intrinsic gas and counts the refund; anvil's
+    callTracer gives the block's cumulative gas), so the tracer's own figure, where it differs,
+    is kept in `extra` under the key it came in (`tracer_key`)."""
+    for t in traces:
+        if t.trace_address == () and t.transaction_index is not None:
+            used = int(receipts[t.transaction_index]["gasUsed"], 16)
+            if t.gas_used is not None and t.gas_used != used:
+                t.extra[tracer_key] = hex(t.gas_used)
+            t.gas_used = used

@@ -11,7 +11,8 @@ transaction, so that the workers write them again from the node.
 A block's rows are deleted with it from every table that holds rows of a block
 (`BLOCK_TABLES`, the tables with a `block_number` column, checked against the schema by
 tests/test_verify.py) and from the registered ABIs' event tables (`abi.delete_blocks_events`):
-nothing decoded from a block outlives it.
+nothing decoded from a block outlives it. The blocks whose traces were deleted get `index_traces`
+jobs beside their `index_blocks` ones.
 
 With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
 window by window: orphans of a reorg link to each other and pass every check above. Blocks of
@@ -31,7 +32,7 @@ from typing import Callable, Iterable, Iterator
 import psycopg
 
 from . import abi, chain, follow, forks, queue, store, stored_roots
-from .block_range import JOB_KIND, cut
+from .block_range import INDEX_TRACES, JOB_KIND, cut
 from .errors import IndexerError
 from .planner import PLAN_LOCK
 from .rpc import RpcClient
@@ -89,11 +90,19 @@ DELETE_WITHDRAWALS = "DELETE FROM withdrawals WHERE block_number = ANY(%(numbers
 # Rows decoded from the logs deleted (schema/008_decoded_events.sql): the decode job that follows
 # the block's indexing writes them again.
 DELETE_TOKEN_TRANSFERS = "DELETE FROM token_transfers WHERE block_number = ANY(%(numbers)s)"
+# Traces deleted (schema/015_traces.sql), and the blocks that had them: those get an
+# `index_traces` job, so that a repair or a rollback gives them their traces again whatever the
+# pool's INDEXER_TRACES says.
+DELETE_TRACES = """
+WITH gone AS (DELETE FROM traces WHERE block_number = ANY(%(numbers)s) RETURNING block_number)
+SELECT DISTINCT block_number FROM gone ORDER BY 1
+"""
 # Every table of the schema that holds rows of a block, with the statement that deletes them: a
 # table a migration adds with a `block_number` column fails tests/test_verify.py until it is
 # here. The tables of registered ABIs, made at run time, are abi.py's to find. Decoded rows go
 # first, `blocks` last.
 BLOCK_TABLES = {
+    "traces": DELETE_TRACES,
     "token_transfers": DELETE_TOKEN_TRANSFERS,
     "logs": DELETE_LOGS,
     "withdrawals": DELETE_WITHDRAWALS,
@@ -173,8 +182,8 @@ class Planned:
     """Jobs for runs of blocks, cut as the planner cuts, enqueued `window` at a time in the
     caller's transaction."""
 
-    def __init__(self, conn: psycopg.Connection, chunk: int, window: int = WINDOW) -> None:
-        self.conn, self.chunk, self.window = conn, chunk, window
+    def __init__(self, conn: psycopg.Connection, chunk: int, window: int = WINDOW, kind: str = JOB_KIND) -> None:
+        self.conn, self.chunk, self.window, self.kind = conn, chunk, window, kind
         self.jobs = 0
         self._payloads: list[dict[str, int]] = []
 
@@ -184,23 +193,32 @@ class Planned:
             self.flush()
 
     def flush(self) -> None:
-        queue.enqueue(self.conn, JOB_KIND, self._payloads)
+        queue.enqueue(self.conn, self.kind, self._payloads)
         self.jobs += len(self._payloads)
         self._payloads = []
 
 
-def delete_blocks(conn: psycopg.Connection, numbers: list[int]) -> list[str]:
+def delete_blocks(conn: psycopg.Connection, numbers: list[int]) -> tuple[list[str], list[int]]:
     """Deletes the blocks and every row of them, the events the registered ABIs decoded from
-    their logs included, in the caller's transaction. Returns the tables deleted from."""
+    their logs and their traces included, in the caller's transaction. Returns the tables
+    deleted from, and the blocks whose traces were deleted."""
     events = abi.delete_blocks_events(conn, numbers)
-    for statement in BLOCK_TABLES.values():
-        conn.execute(statement, {"numbers": numbers})
-    return [*events, *BLOCK_TABLES]
+    traced = conn.execute(DELETE_TRACES, {"numbers": numbers}).fetchall()
+    for table, statement in BLOCK_TABLES.items():
+        if table != "traces":
+            conn.execute(statement, {"numbers": numbers})
+    return [*events, *BLOCK_TABLES], [n for n, in traced]
 
 
-def _delete(conn: psycopg.Connection, numbers: list[int], window: int) -> None:
+def _delete(conn: psycopg.Connection, numbers: list[int], chunk: int, window: int) -> int:
+    """Deletes the rows of `numbers`, `window` blocks at a time, and plans the traces of those
+    that had traces; returns the `index_traces` jobs planned."""
+    traced = Planned(conn, chunk, window, INDEX_TRACES)
     for i in range(0, len(numbers), window):
-        delete_blocks(conn, numbers[i:i + window])
+        for run in ranges(delete_blocks(conn, numbers[i:i + window])[1]):
+            traced.add(run)
+    traced.flush()
+    return traced.jobs
 
 
 def repair(conn: psycopg.Connection, report: Report, chunk: int, *, window: int = WINDOW) -> int:
@@ -216,7 +234,7 @@ def repair(conn: psycopg.Connection, report: Report, chunk: int, *, window: int 
         for run in merge_runs(gaps, ranges(suspects)):
             planned.add(run)
         planned.flush()
-        _delete(conn, suspects, window)
+        _delete(conn, suspects, chunk, window)
     return planned.jobs
 
 
@@ -421,7 +439,7 @@ def replan_orphans(conn: psycopg.Connection, plan: forks.Rollback, chunk: int, *
         for run in ranges(orphans):
             planned.add(run)
         planned.flush()
-        _delete(conn, orphans, window)
+        _delete(conn, orphans, chunk, window)
         follow.record_reorg(conn, anchor=plan.anchor, first=orphans[0], last=orphans[-1],
                             depth=orphans[-1] - plan.anchor, rolled_back=True)
     return planned.jobs, len(orphans)

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Callable
 
 import psycopg
 
-from . import db, decode_logs, endpoints, index_blocks, logs, metrics, partitions, queue, rollback, signals, store
-from .block_range import DECODE_LOGS, INDEX_PARTITION
+from . import db, decode_logs, endpoints, index_blocks, index_traces, logs, metrics, partitions, queue, rollback, signals, store
+from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError
-from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unrunnable
+from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unready, Unrunnable
 from .errors import Secrets, first_line, redact
 from .forks import ForkMismatch
 from .prefetch import Batches, Prefetcher
@@ -68,6 +68,7 @@ RUNNERS: dict[str, Runner] = {
     INDEX_BLOCKS: Runner(index_blocks.run, index_blocks.ask_ahead),
     DECODE_LOGS: Runner(decode_logs.run),
     INDEX_PARTITION: Runner(partitions.run),
+    INDEX_TRACES: Runner(index_traces.run),
 }
 
 # How each outcome is logged: level and message.
@@ -307,7 +308,7 @@ class Worker:
                 ended = self._defer(job, "its blocks do not link to the stored ones")
         except RateLimited as exc:  # backpressure, not this job's failure
             ended = self._defer(job, str(exc))
-        except (RpcError, ChainDataError) as exc:
+        except (RpcError, ChainDataError, Unready) as exc:
             ended = self._give_back(job, str(exc))
         except psycopg.OperationalError as exc:
             if not db.statement_failed(exc) or self._conn is None or self._conn.broken:
@@ -336,7 +337,7 @@ class Worker:
         with metrics.counted.claim_seconds.time():
             finished, claims = queue.complete_and_claim(
                 self.conn, [job], self.name, lease_seconds=self.cfg.lease_seconds,
-                limit=0 if self.stop.is_set() else 1)
+                limit=0 if self.stop.is_set() else 1, traces=self.cfg.traces)
         return replace(done if job.id in finished else LOST, following=claims[0] if claims else None)
 
     def _give_back(self, job: Claim, error: str, *, max_attempts: int | None = None) -> Ended:

@@ -260,7 +260,7 @@ def test_a_worker_sessions_generic_plans_use_the_indexes(db_url, conn):
     statements = {
         "claim": (queue.CLAIM, {"worker": "w", "lease": LEASE, "limit": 1}),
         "complete_and_claim": (queue.COMPLETE_AND_CLAIM, {"ids": [1], "tokens": [uuid.uuid4()], "worker": "w",
-                                                          "lease": LEASE, "limit": 1}),
+                                                          "lease": LEASE, "limit": 1, "traces": True}),
         "heartbeat": (queue.HEARTBEAT, {"id": 1, "token": uuid.uuid4(), "lease": LEASE, "cursor": 5}),
     }
     with psycopg.connect(db_url, autocommit=True, options=worker_session_options(LEASE),

@@ -31,7 +31,10 @@ error Nope(uint256 code);
 contract Sink {
     uint256 public received;
 
-    receive() external payable { received += msg.value; }
+    // A log from an inner call: the traces' check finds the call that emitted each log.
+    event Got(address from, uint256 value);
+
+    receive() external payable { received += msg.value; emit Got(msg.sender, msg.value); }
 
     function peek(uint256 x) external view returns (uint256) { return x + received; }
 
@@ -47,8 +50,11 @@ contract Sink {
 contract Logic {
     uint256 public stored;
 
+    // Emitted by Hub's account, whose code context a DELEGATECALL runs in.
+    event Set(uint256 v);
+
     // payable: a DELEGATECALL keeps msg.value, and Hub.deep delegates from a frame with value.
-    function setStored(uint256 v) external payable returns (uint256) { stored = v; return v * 2; }
+    function setStored(uint256 v) external payable returns (uint256) { stored = v; emit Set(v); return v * 2; }
 }
 
 // Created by Hub with CREATE and CREATE2; selfdestructs on request.
