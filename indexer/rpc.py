@@ -534,6 +534,9 @@ class RpcClient:
                 if exc.kind == "timeout" and (slow := work.too_slow(chunk)):
                     self._asking_in_pieces(endpoint, slow, work.fallback)
                     continue  # not the same request again: the fallback's, at once
+                if exc.kind == TOO_LARGE and len(chunk) == 1 and (slow := work.too_slow(chunk)):
+                    self._asking_in_pieces(endpoint, slow, work.fallback, why="was too large to answer")
+                    continue
                 answered, error = 0, self._refused(endpoint, chunk, exc)
             else:
                 answered, error = self._absorb(endpoint, work, chunk, answers, sent_at)
@@ -628,10 +631,12 @@ class RpcClient:
         if self.patience != 0:
             endpoint.rate.limited(sent_at, retry_after)
 
-    def _asking_in_pieces(self, endpoint: Endpoint, slow: list[_Slot], fallback: Fallback | None) -> None:
+    def _asking_in_pieces(self, endpoint: Endpoint, slow: list[_Slot], fallback: Fallback | None,
+                          why: str | None = None) -> None:
         assert fallback is not None
-        log.warning("%s: %d %s call(s) got no answer within %g s; asking %s instead, at most %d at a time",
-                    endpoint.label, len(slow), fallback.method, self.timeout, fallback.instead, endpoint.max_batch)
+        log.warning("%s: %d %s call(s) %s; asking %s instead, at most %d at a time", endpoint.label, len(slow),
+                    fallback.method, why or f"got no answer within {self.timeout:g} s", fallback.instead,
+                    endpoint.max_batch)
 
     def _absorb(self, endpoint: Endpoint, work: _Work, chunk: list[_Slot], answers: list[Any],
                 sent_at: float) -> tuple[int, _Failed | None]:
@@ -663,6 +668,10 @@ class RpcClient:
                         and work.too_slow([slot]):
                     kinds.add("timeout")
                     self._asking_in_pieces(endpoint, [slot], work.fallback)
+                    continue
+                # Too large on its own (a huge block's traces): what the fallback asks is smaller.
+                if answer.kind == TOO_LARGE and len(chunk) == 1 and work.too_slow([slot]):
+                    self._asking_in_pieces(endpoint, [slot], work.fallback, why="was too large to answer")
                     continue
                 kinds.add(answer.kind)
                 if answer.kind == UNSUPPORTED:

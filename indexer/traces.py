@@ -180,8 +180,10 @@ def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[
         to_address=_address(frame.get("to"), "to", number),
         value=_quantity(frame.get("value", "0x0" if kind in ("DELEGATECALL", "STATICCALL") else None), "value", number,
                         MAX_VALUE),
-        gas=_quantity(frame.get("gas"), "gas", number),
-        gas_used=_quantity(frame.get("gasUsed"), "gasUsed", number),
+        # A SELFDESTRUCT has no gas of its own (callTracer says 0 and 0, trace_block nothing): its
+        # cost is its caller's.
+        gas=None if kind == "SELFDESTRUCT" else _quantity(frame.get("gas"), "gas", number),
+        gas_used=None if kind == "SELFDESTRUCT" else _quantity(frame.get("gasUsed"), "gasUsed", number),
         # A SELFDESTRUCT carries no data (callTracer says "0x", trace_block nothing); callTracer
         # leaves any other call's empty output out, where trace_block says "0x".
         input=None if kind == "SELFDESTRUCT" and frame.get("input") in (None, "0x") else

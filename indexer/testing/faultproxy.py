@@ -23,6 +23,8 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
   `limit_as="json-rpc"` HTTP 200 and -32005 "limit exceeded" for each call.
 - `results={method: value}`: calls of those methods are answered with that result, whatever the
   node would say (a node whose head is "0xzz", null, or a JSON number).
+- `errors={method: error}`: calls of those methods are answered with that JSON-RPC error object
+  (go-ethereum's -32003 "response too large" to a block's traces).
 - `rewrite=f`: each call's result from the node goes through `f(call, result)`, and the client
   gets what it returns (a node that lies: blocks of another fork, hashes that do not link). It
   runs in the thread answering the request, so it may also hold the answer back, or act on the
@@ -40,7 +42,7 @@ Behaviours, off unless asked for (texts and codes as the software that sends the
   Sh0rt7"), as gateways name the key they refuse.
 `calls` counts the calls received, by method; `served` what each request got ("pass", a fault,
 "too_large", "rate_limited", "response_too_large", "slow_receipts"), and each call refused as
-"method_not_found" or "pruned", or answered by `results` ("result").
+"method_not_found" or "pruned", or answered by `results` ("result") or `errors` ("error").
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class FaultProxy(LoopbackServer):
         limit_as: str = "http429",
         echo: tuple[str, ...] = (),
         results: dict[str, object] | None = None,
+        errors: dict[str, dict] | None = None,
         slow_receipts: tuple[int, float] | None = None,
         rewrite: Callable[[dict, object], object] | None = None,
     ) -> None:
@@ -110,6 +113,7 @@ class FaultProxy(LoopbackServer):
         self.limit_as = limit_as
         self.echo = list(echo)
         self.results = dict(results or {})
+        self.errors = dict(errors or {})
         self.slow_receipts = slow_receipts
         self.rewrite = rewrite
         self._transactions: dict[str, int] = {}  # a block's transaction count, by its hash or number
@@ -207,6 +211,9 @@ class FaultProxy(LoopbackServer):
         if method in self.results:
             self._count("result")
             return {"result": self.results[method]}
+        if method in self.errors:
+            self._count("error")
+            return {"error": self.errors[method]}
         if method in self.lacks:
             self._count("method_not_found")
             return {"error": {"code": -32601, "message": f"the method {method} does not exist/is not available"}}
