@@ -269,7 +269,8 @@ def longer_chain():
 
 def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, longer_chain, prometheus_for, work):
     """A backfill with what a dashboard is for: node faults (errors, retries, a batch size cap,
-    a rate limit), a worker killed mid-job (expired leases), a job no worker can run (failed). Then
+    a rate limit), a worker killed mid-job (expired leases), a job no worker can run (failed),
+    traces on. Then
     every query of every panel, evaluated by a real Prometheus, must return data (but those of the
     following of the head, which a backfill does not do: the next test)."""
     head = longer_chain.head()
@@ -279,7 +280,7 @@ def test_every_dashboard_panel_shows_data_from_a_real_backfill(db_url, conn, lon
                     max_batch=2, delay=0.05) as proxy:
         w = work(db_url, proxy.url, "--workers", "2", "--batch-size", "2", INDEXER_METRICS_PORT=str(port),
                  INDEXER_LEASE_SECONDS="1.5", INDEXER_RPC_RATE_LIMIT="200", INDEXER_DB_METRICS_SECONDS="0.5",
-                 INDEXER_RPC_MAX_ATTEMPTS="20")
+                 INDEXER_RPC_MAX_ATTEMPTS="20", INDEXER_TRACES="true")
         try:
             # Prometheus must have seen the counters at 0 for increase() to see them grow: plan then.
             wait_for(lambda: query(prometheus, 'indexer_expired_leases_total{outcome="retry"} == 0'),

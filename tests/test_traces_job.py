@@ -1,7 +1,7 @@
 """Traces indexed by the real pool from a real anvil (issue 26): the traces chain's every kind of
 internal call (indexer/testing/trace_contracts.py), stored as both tracer families say, whichever
 the node serves; the native transfers they add up to; traces planned for a range indexed already;
-and a repair that gives back the traces it deleted."""
+a repair that gives back the traces it deleted, and a reorg rolled back with its traces."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import pytest
 from indexer import db, traces
 from indexer.testing.anvil import Anvil
 from indexer.testing.faultproxy import FaultProxy
+from indexer.testing.node_compare import copy_is_the_node_s
 from indexer.testing.trace_contracts import TraceChain, build_trace_chain
+from indexer.testing.waiting import wait_for
 
 from .conftest import create_database, drop_database, run_indexer
 
@@ -187,3 +189,38 @@ def test_a_repair_gives_back_the_traces_it_deleted(trace_node, db_url, work):
     pool = work(db_url, node.url, "--drain")
     assert pool.wait() == 0, pool.output()
     assert rows(db_url) == before
+
+
+def test_a_reorg_rolled_back_while_following_takes_its_orphans_traces_and_brings_the_new_blocks(db_url, work):
+    """A pool follows with traces on; the node replaces its top two blocks, whose transactions
+    made internal calls, with two others. The rollback deletes the orphans' traces with their
+    rows, and the traces stored are then the node's, block for block."""
+    with Anvil() as node:
+        build_trace_chain(node)
+        pool = work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_TRACES="true")
+
+        def traces_are_the_node_s() -> bool:
+            with db.connect(db_url) as conn:
+                if not copy_is_the_node_s(conn, node):
+                    return False
+                stored = conn.execute("SELECT block_number, count(*), array_agg(transaction_hash ORDER BY position)"
+                                      " FILTER (WHERE trace_address = '{}') FROM traces GROUP BY 1").fetchall()
+            expected = {}
+            for n in range(node.head() + 1):
+                said = node.rpc("debug_traceBlockByNumber", hex(n), {"tracer": "callTracer"})
+                if said:
+                    expected[n] = (len(traces.from_call_tracer(n, said)),
+                                   [bytes.fromhex(item["txHash"][2:]) for item in said])
+            return {n: (count, hashes) for n, count, hashes in stored} == expected
+
+        wait_for(traces_are_the_node_s, "the traces of the chain")
+        orphaned = node.batch([("eth_getBlockByNumber", [hex(n), False]) for n in (node.head() - 1, node.head())])
+        assert all(b["transactions"] for b in orphaned)
+        node.reorg(2)
+        node.mine(1)
+        wait_for(traces_are_the_node_s, "the traces of the new blocks")
+        pool.kill()
+    with db.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM reorgs WHERE rolled_back").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM traces WHERE transaction_hash = ANY(%s)",
+                            [[bytes.fromhex(h[2:]) for b in orphaned for h in b["transactions"]]]).fetchone()[0] == 0

@@ -11,6 +11,14 @@ eth_getBlockByNumber (hex number, "latest", "pending", "finalized", "safe": the 
 EIP-1898 object), eth_getTransactionReceipt. An unknown block or transaction answers `null`;
 any other method answers go-ethereum's -32601.
 
+Traces, from recorded tracer answers (tests/fixtures/traces, listed per block in `TRACES`):
+debug_traceBlockByHash and debug_traceTransaction with `{"tracer": "callTracer"}`, trace_block
+(hex number) and trace_transaction. A loaded block with no recording of a method answers
+go-ethereum's -32601 for that method, as a node without it does, so that a client's fallback
+(to the transaction-by-transaction form, then to the other family) is what answers it; an
+unknown block or transaction answers go-ethereum's "not found" errors (debug_*) or `null`
+(trace_*, as erigon does).
+
 Behaviours of real nodes and providers, off unless asked for; every error text is copied from
 the software or provider that sends it (sources beside each constant):
 - `block_receipts=False`: eth_getBlockReceipts does not exist (go-ethereum before 1.13);
@@ -68,6 +76,33 @@ EMPTY_BATCH = {"code": -32600, "message": "empty batch"}
 INVALID_REQUEST = {"code": -32600, "message": "invalid request"}
 
 _TAGS_HIGHEST = ("latest", "pending", "finalized", "safe")
+
+# The recorded tracer answers of each recorded block (tests/fixtures/traces; sources in
+# tests/fixtures/README.md, "Traces (issue 26)"): per method, one file for the block's methods
+# (debug_traceBlockByHash, trace_block), one per transaction, in order, for the others.
+TRACES: dict[str, dict[str, str | list[str]]] = {
+    "optimism-goerli-5003318": {
+        "debug_traceBlockByHash": "optimism-rosetta-debug_traceBlockByHash-call-tracer-optimism-goerli-5003318.json",
+        "debug_traceTransaction": ["optimism-rosetta-debug_traceTransaction-call-tracer-optimism-goerli-5003318-0.json",
+                                   "optimism-rosetta-debug_traceTransaction-call-tracer-optimism-goerli-5003318-1.json"],
+    },
+    # Only the transaction's trace was recorded: the block's form answers -32601.
+    "optimism-sepolia-4089330": {
+        "debug_traceTransaction": ["optimism-rosetta-debug_traceTransaction-call-tracer-optimism-sepolia-4089330-0.json"],
+    },
+}
+TRACE_METHODS = ("debug_traceBlockByHash", "debug_traceTransaction", "trace_block", "trace_transaction")
+
+
+def recorded_trace(file: str) -> Any:
+    """A recorded tracer answer's result, whatever envelope its source stored it in: erigon
+    rpc-tests' request/response pairs, a JSON-RPC response, or the bare result."""
+    data = orjson.loads((fixtures.FIXTURES / "traces" / file).read_bytes())
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "response" in data[0]:
+        return data[0]["response"]["result"]
+    if isinstance(data, dict) and "jsonrpc" in data:
+        return data["result"]
+    return data
 
 
 class _InvalidParams(Exception):
@@ -137,6 +172,21 @@ class ReplayNode(LoopbackServer):
             self._by_hash[block["hash"].lower()] = number
             for index, tx in enumerate(block["transactions"]):
                 self._tx[tx["hash"].lower()] = (number, index)
+        # method -> block number (block methods) or tx hash (transaction methods) -> result
+        self.traces: dict[str, dict[Any, Any]] = {m: {} for m in TRACE_METHODS}
+        for name in names:
+            number = int(fixtures.load(name)["block"]["number"], 16)
+            for method, files in TRACES.get(name, {}).items():
+                if method not in TRACE_METHODS:
+                    raise ValueError(f"{name}: no method {method} to serve traces by")
+                if isinstance(files, str):
+                    self.traces[method][number] = recorded_trace(files)
+                    continue
+                transactions = self.blocks[number]["transactions"]
+                if len(files) != len(transactions):
+                    raise ValueError(f"{name}: {len(files)} recorded {method} answers, {len(transactions)} transactions")
+                for tx, file in zip(transactions, files):
+                    self.traces[method][tx["hash"].lower()] = recorded_trace(file)
         self.head = max(self.blocks)
         self.earliest = min(self.blocks)
         self._handlers = self._methods()
@@ -242,6 +292,10 @@ class ReplayNode(LoopbackServer):
             "eth_getBlockByNumber": self._block_by_number,
             "eth_getBlockByHash": self._block_by_hash,
             "eth_getTransactionReceipt": self._transaction_receipt,
+            "debug_traceBlockByHash": self._debug_trace_block_by_hash,
+            "debug_traceTransaction": self._debug_trace_transaction,
+            "trace_block": self._trace_block,
+            "trace_transaction": self._trace_transaction,
         }
         if self.block_receipts:
             methods["eth_getBlockReceipts"] = self._block_receipts
@@ -281,6 +335,41 @@ class ReplayNode(LoopbackServer):
         if self.pruned_below is not None and number < self.pruned_below:
             return None  # go-ethereum: the pruned body no longer names the transaction
         return self.receipts[number][index]
+
+    # go-ethereum eth/tracers/api.go: "block %#x not found" (a hash), errTxNotFound.
+    def _debug_trace_block_by_hash(self, params: list[Any]) -> Any:
+        hash_ = _hash(_arg(params, 0))
+        _call_tracer(params)
+        number = self._by_hash.get(hash_)
+        if number is None:
+            raise _Refused({"code": -32000, "message": f"block {hash_} not found"}, "not_found")
+        self._check_history(number)
+        return self._recorded("debug_traceBlockByHash", number)
+
+    def _debug_trace_transaction(self, params: list[Any]) -> Any:
+        hash_ = _hash(_arg(params, 0))
+        _call_tracer(params)
+        if hash_ not in self._tx:
+            raise _Refused({"code": -32000, "message": "transaction not found"}, "not_found")
+        return self._recorded("debug_traceTransaction", hash_)
+
+    def _trace_block(self, params: list[Any]) -> Any:
+        number = self._number(_arg(params, 0))
+        if number not in self.blocks:
+            return None
+        self._check_history(number)
+        return self._recorded("trace_block", number)
+
+    def _trace_transaction(self, params: list[Any]) -> Any:
+        hash_ = _hash(_arg(params, 0))
+        return None if hash_ not in self._tx else self._recorded("trace_transaction", hash_)
+
+    def _recorded(self, method: str, key: Any) -> Any:
+        """The recorded answer, or -32601 for a block (or transaction) with none for `method`."""
+        if key not in self.traces[method]:
+            raise _Refused({"code": METHOD_NOT_FOUND, "message": f"the method {method} does not exist/is not available"},
+                           "method_not_found")
+        return self.traces[method][key]
 
     def _block(self, number: int, full: bool) -> dict[str, Any] | None:
         self._check_history(number)
@@ -334,6 +423,14 @@ def _full(params: list[Any]) -> bool:
     if not isinstance(full, bool):
         raise _InvalidParams("invalid argument 1: json: cannot unmarshal non-bool into Go value of type bool")
     return full
+
+
+def _call_tracer(params: list[Any]) -> None:
+    """Only call-tracer answers are recorded: any other tracer (or none, the struct logger) is a
+    call this node cannot answer."""
+    options = params[1] if len(params) > 1 else None
+    if not (isinstance(options, dict) and options.get("tracer") == "callTracer"):
+        raise _InvalidParams(f"the replay node has only callTracer recordings, not {options!r}")
 
 
 def _hash(value: Any) -> str:
