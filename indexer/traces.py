@@ -163,7 +163,17 @@ def from_call_tracer(number: int, answer: Any) -> list[Trace]:
     return traces
 
 
-def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[Trace]) -> None:
+def _walk(number: int, index: int, path: tuple[int, ...], top: Any, out: list[Trace]) -> None:
+    """The frames of one tree, depth first, without recursion: a tree may be 1,024 calls deep."""
+    stack = [(path, top)]
+    while stack:
+        path, frame = stack.pop()
+        calls = _frame(number, index, path, frame, out)
+        stack.extend(((*path, position), call) for position, call in reversed(list(enumerate(calls))))
+
+
+def _frame(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[Trace]) -> list[Any]:
+    """One frame as a Trace, appended to `out`; returns the calls it made."""
     if len(path) >= MAX_DEPTH:
         raise ChainDataError(f"block {number}: transaction {index}'s calls nest deeper than the EVM allows")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
@@ -194,8 +204,7 @@ def _walk(number: int, index: int, path: tuple[int, ...], frame: Any, out: list[
         revert_reason=_text(frame.get("revertReason"), "revertReason", number), subtraces=len(calls),
         extra=_storable(number, _extra(frame, _FRAME_KNOWN)),
     ))
-    for position, call in enumerate(calls):
-        _walk(number, index, (*path, position), call, out)
+    return calls
 
 
 def from_trace_block(number: int, answer: Any) -> list[Trace]:

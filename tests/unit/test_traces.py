@@ -123,3 +123,67 @@ def test_traces_that_do_not_describe_the_block_are_refused():
         traces.check_against_block(7, dropped, BLOCK, RECEIPTS)
     with pytest.raises(ChainDataError, match=r"top-level calls for transactions \[\], the block 1 transaction"):
         traces.check_against_block(7, [], BLOCK, RECEIPTS)
+
+
+@pytest.mark.parametrize("break_it, says", [
+    (lambda a: a[0]["result"].update(value="0x1" + "0" * 64), "value is '0x1" + "0" * 64 + "', not a hex number"),
+    (lambda a: a[0]["result"].update(gas=hex(2**63)), "gas is 0x8" + "0" * 15 + ", more than a gas can be"),
+    (lambda a: a[0]["result"].update(gas="0x" + "f" * 100), "gas is '0xfff"),
+    (lambda a: a[0]["result"].update(error="out\x00of gas"), "error is 'out\\\\x00of gas', not text"),
+    (lambda a: a[0]["result"].update(error=7), "error is '7', not text"),
+    (lambda a: a[0]["result"].update(note="a\x00b"), "a NUL character, which jsonb cannot store"),
+    (lambda a: a[0].update(txHash=["0x1"]), r"txHash is \"\['0x1'\]\", not text"),
+])
+def test_values_no_column_can_hold_are_refused_by_name(break_it, says):
+    answer = copy.deepcopy(CALL_TRACER)
+    break_it(answer)
+    with pytest.raises(ChainDataError, match=f"^block 7: .*{says}"):
+        traces.from_call_tracer(7, answer)
+
+
+def test_a_call_tree_deeper_than_the_evm_allows_is_refused_without_a_recursion_error():
+    frame = {"type": "CALL", "from": A, "to": B, "value": "0x0", "input": "0x"}
+    top = frame
+    for _ in range(traces.MAX_DEPTH + 1):
+        child = dict(frame)
+        frame["calls"] = [child]
+        frame = child
+    with pytest.raises(ChainDataError, match="nest deeper than the EVM allows"):
+        traces.from_call_tracer(7, [{"txHash": TX, "result": top}])
+    deep = copy.deepcopy(TRACE_BLOCK)
+    deep[1]["traceAddress"] = [0] * traces.MAX_DEPTH
+    with pytest.raises(ChainDataError, match="has the traceAddress"):
+        traces.from_trace_block(7, deep)
+
+
+def test_calls_below_a_failed_call_are_reverted_though_no_tracer_says_so():
+    answer = copy.deepcopy(CALL_TRACER)
+    answer[0]["result"]["calls"][1]["calls"] = [{"type": "CALL", "from": C, "to": A, "value": "0x1", "input": "0x"}]
+    found = traces.from_call_tracer(7, answer)
+    assert [(t.trace_address, t.failed, t.reverted) for t in found] == [
+        ((), False, False), ((0,), False, False), ((1,), True, True), ((1, 0), False, True)]
+
+
+def test_a_top_level_call_must_fail_exactly_when_its_receipt_says_so():
+    found = traces.from_call_tracer(7, CALL_TRACER)
+    traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "status": "0x1"}])
+    with pytest.raises(ChainDataError, match="top-level call succeeded, its receipt says the opposite"):
+        traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "status": "0x0"}])
+
+
+def test_a_log_with_no_call_of_its_account_left_in_the_tree_is_a_call_missing():
+    found = traces.from_call_tracer(7, CALL_TRACER)
+    # C ran code in B's account by DELEGATECALL: B's log has its call; C's call reverted, so a log of C cannot be.
+    traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "logs": [{"address": B}]}])
+    with pytest.raises(ChainDataError, match=f"transaction 0 has a log of {C}.*a call is missing"):
+        traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "logs": [{"address": C}]}])
+
+
+def test_the_top_level_gas_used_is_the_receipt_s_and_the_tracer_s_is_kept():
+    geth, parity = traces.from_call_tracer(7, CALL_TRACER), traces.from_trace_block(7, TRACE_BLOCK)
+    receipts = [{"gasUsed": "0x5208"}]
+    traces.settle(geth, receipts, "gasUsed")
+    traces.settle(parity, receipts, "result.gasUsed")
+    assert geth[0].gas_used == parity[0].gas_used == 0x5208
+    assert (geth[0].extra, parity[0].extra) == ({"gasUsed": "0x6000"}, {"result.gasUsed": "0x4000"})
+    assert geth[1].gas_used == 0x100 and "gasUsed" not in geth[1].extra  # inner calls keep the tracer's
