@@ -43,10 +43,12 @@ the path and query, where API keys live) before it goes into an error, a log lin
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -774,8 +776,8 @@ class RpcClient:
             raise _Refused(f"{where}: {type(exc).__name__}", "http") from None
         try:
             answer = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            answer = None
+        except orjson.JSONDecodeError as exc:
+            answer = _deep_json(content) if "depth limit" in str(exc) else None
         # Every text the node sends is scrubbed whole, before anything cuts it: a key cut in two
         # is no longer found.
         said = self.secrets.scrub
@@ -838,6 +840,23 @@ class RpcClient:
         if all(r is _MISSING for r in results):
             raise _Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
         return results
+
+
+# The nesting a JSON answer may have: a call tracer's tree of a transaction whose calls go the
+# EVM's 1,024 deep nests past 2,048 levels (two a frame), and orjson stops at 1,024.
+DEEPEST_JSON = 4_200
+
+
+def _deep_json(content: bytes) -> Any:
+    """An answer nested deeper than orjson parses, parsed by the standard library (whose parser
+    recurses once a level: the interpreter's limit is raised to allow it, once, for good, since
+    another thread may be parsing meanwhile); None if it is not JSON, or deeper still."""
+    if sys.getrecursionlimit() < DEEPEST_JSON + 200:
+        sys.setrecursionlimit(DEEPEST_JSON + 200)
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _what(slots: list[_Slot]) -> str:

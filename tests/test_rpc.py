@@ -555,3 +555,27 @@ def test_what_a_gateway_echoes_of_the_url_is_scrubbed_before_it_is_cut(chain_nod
     # Not even a piece of the key: the answers are cut to 40 or 200 characters, which must not
     # leave the start of a key that the cut made too short to be found.
     assert not any(key[i:i + 6] in message for i in range(len(key) - 5)), message
+
+
+def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_orjson_stops_at_half_its_depth():
+    """A transaction whose calls go 1,024 deep (the call-depth attacks of 2016 did) comes from the
+    call tracer as a JSON tree of more than 2,048 levels; orjson refuses past 1,024. The client
+    reads it with the standard library instead, in a fetch thread as the workers do; an answer
+    deeper than any trace is still refused as not JSON."""
+    from indexer import traces
+    from indexer.testing.loopback import LoopbackServer, send
+
+    frame = '{"type":"CALL","from":"0x' + "aa" * 20 + '","to":"0x' + "bb" * 20 + '","value":"0x0","input":"0x"'
+    tree = (frame + ',"calls":[') * 1023 + frame + "}" + "]}" * 1023
+    deep = ('[{"jsonrpc":"2.0","id":0,"result":[{"txHash":"0x' + "11" * 32 + '","result":' + tree + "}]}]").encode()
+    answers = {"deep": deep, "deeper": b"[" * 5000 + b"]" * 5000}
+
+    def handle(request, body):
+        send(request, 200, answers[json.loads(body)[0]["params"][0]])
+
+    with LoopbackServer(handle) as node:
+        client = RpcClient([node.url], max_attempts=1)
+        (answer,) = client.batch([("debug_traceBlockByHash", ("deep",))])
+        assert len(traces.from_call_tracer(1, answer)) == 1024
+        with pytest.raises(RpcError, match="answer is not JSON"):
+            client.batch([("debug_traceBlockByHash", ("deeper",))])
