@@ -268,7 +268,7 @@ def _keeping_alive(worker: Worker, work: Callable[[], T]) -> T:
 
     thread = threading.Thread(target=target, name="traces fetch", daemon=True)
     thread.start()
-    while not thread.join(timeout=worker.cfg.lease_seconds / 3) and thread.is_alive():
+    while thread.join(timeout=worker.cfg.lease_seconds / 3) or thread.is_alive():
         worker.keep_alive()
     if "error" in outcome:
         raise outcome["error"]

@@ -327,6 +327,19 @@ def check_against_block(number: int, traces: list[Trace], block: dict[str, Any],
             if (entry.get("address") or "").lower() not in emitters.get(index, ()):
                 raise ChainDataError(f"block {number}: transaction {index} has a log of {entry.get('address')}, and no "
                                      "call of it that was not undone ran in that account: a call is missing")
+    places = set()
+    for t in traces:
+        place = (t.transaction_index, t.trace_address)
+        if t.transaction_index is not None and t.transaction_index >= len(transactions):
+            raise ChainDataError(f"block {number}: a trace names transaction {t.transaction_index}, the block has "
+                                 f"{len(transactions)} transaction(s)")
+        if t.trace_address and (t.transaction_index, t.trace_address[:-1]) not in places:
+            raise ChainDataError(f"block {number}: transaction {t.transaction_index}'s call {list(t.trace_address)} "
+                                 "comes before the call that made it, or without it")
+        if place in places and t.type != "REWARD":
+            raise ChainDataError(f"block {number}: transaction {t.transaction_index}'s call {list(t.trace_address)} "
+                                 "is traced twice")
+        places.add(place)
     below: dict[tuple[int | None, tuple[int, ...]], int] = {}
     for t in traces:
         if t.trace_address:

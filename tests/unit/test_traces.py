@@ -187,3 +187,20 @@ def test_the_top_level_gas_used_is_the_receipt_s_and_the_tracer_s_is_kept():
     assert geth[0].gas_used == parity[0].gas_used == 0x5208
     assert (geth[0].extra, parity[0].extra) == ({"gasUsed": "0x6000"}, {"result.gasUsed": "0x4000"})
     assert geth[1].gas_used == 0x100 and "gasUsed" not in geth[1].extra  # inner calls keep the tracer's
+
+
+def test_calls_out_of_place_are_refused_before_anything_reads_them():
+    """A call of a transaction the block does not have, a call whose caller is not traced, or
+    one traced twice: each would be a row of no transaction, or a tree that is not one."""
+    def parity(change) -> list[traces.Trace]:
+        answer = copy.deepcopy(TRACE_BLOCK)
+        change(answer)
+        return traces.from_trace_block(7, answer)
+
+    for change, says in [
+        (lambda a: a[1].update(transactionPosition=5), "a trace names transaction 5, the block has 1"),
+        (lambda a: a[1].update(traceAddress=[4, 0]), r"call \[4, 0\] comes before the call that made it"),
+        (lambda a: a.insert(2, copy.deepcopy(a[1])), r"call \[0\] is traced twice"),
+    ]:
+        with pytest.raises(ChainDataError, match=f"^block 7: .*{says}"):
+            traces.check_against_block(7, parity(change), BLOCK, RECEIPTS)
