@@ -2,7 +2,8 @@
 or refreshed every few seconds.
 
 Jobs are counted by kind as well as by status: a plan makes `index_blocks` jobs, but the queue
-also holds the `decode_logs` job each indexed range enqueues, the `index_partition` job of each
+also holds the `decode_logs` job each indexed range enqueues, its `index_traces` job with traces
+on (or planned by `plan --traces`), the `index_partition` job of each
 partition whose blocks are all in, and the parts idle workers split off running `index_blocks`
 jobs; a total alone would not say why "planned 2 jobs" ends with "done 7"."""
 
@@ -18,7 +19,7 @@ from typing import Any, TextIO
 import psycopg
 
 from . import endpoints, follow, partitions, progress, queue
-from .block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND
+from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES, JOB_KIND
 from .partitions import Partition
 from .progress import Progress
 from .states import JobStatus
@@ -35,7 +36,7 @@ SELECT kind, status, count(*) FROM jobs_history WHERE status = '{JobStatus.DONE}
 """
 
 # The kinds in the order work flows through them; any other kind follows, by name.
-KIND_ORDER = (JOB_KIND, DECODE_LOGS, INDEX_PARTITION)
+KIND_ORDER = (JOB_KIND, DECODE_LOGS, INDEX_TRACES, INDEX_PARTITION)
 STATUSES = (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED)
 
 ByKind = dict[str, dict[JobStatus, int]]

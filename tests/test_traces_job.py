@@ -5,6 +5,7 @@ a repair that gives back the traces it deleted, and a reorg rolled back with its
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 from typing import Any, Iterator
@@ -157,6 +158,9 @@ def test_traces_are_planned_for_a_range_indexed_without_them(trace_node, db_url,
         assert conn.execute("SELECT count(DISTINCT block_number) FROM traces").fetchone()[0] == \
             conn.execute("SELECT count(*) FROM blocks WHERE transaction_count > 0").fetchone()[0]
         assert ("index_traces", "done") in jobs(conn)
+    status = json.loads(run_indexer("status", "--json", db_url=db_url).stdout)
+    assert list(status["jobs_by_kind"])[:3] == ["index_blocks", "decode_logs", "index_traces"]
+    assert status["jobs_by_kind"]["index_traces"]["done"] == 1
 
 
 def test_traces_of_blocks_never_indexed_fail_saying_what_to_plan(trace_node, db_url, work):
