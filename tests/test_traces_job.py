@@ -228,3 +228,18 @@ def test_a_reorg_rolled_back_while_following_takes_its_orphans_traces_and_brings
         assert conn.execute("SELECT count(*) FROM reorgs WHERE rolled_back").fetchone()[0] == 1
         assert conn.execute("SELECT count(*) FROM traces WHERE transaction_hash = ANY(%s)",
                             [[bytes.fromhex(h[2:]) for b in orphaned for h in b["transactions"]]]).fetchone()[0] == 0
+
+
+def test_traces_planned_before_their_blocks_wait_for_them(trace_node, db_url, work):
+    """Traces planned ahead of the blocks they are checked against (claimed first: planned first)
+    wait, no attempt spent, while the job that stores the blocks is live; then they are stored."""
+    end = str(trace_node.head + 1)
+    assert run_indexer("plan", "--from", "0", "--to", end, "--traces", db_url=db_url).returncode == 0
+    assert run_indexer("plan", "--from", "0", "--to", end, db_url=db_url).returncode == 0
+    pool = work(db_url, trace_node.node.url, "--drain", "--workers", "1", INDEXER_MAX_ATTEMPTS="1")
+    assert pool.wait() == 0, pool.output()
+    assert "block 0 is not stored yet; an index_blocks job will store it; deferred" in pool.output()
+    with db.connect(db_url) as conn:
+        assert ("index_traces", "done") in jobs(conn)
+        assert conn.execute("SELECT count(DISTINCT block_number) FROM traces").fetchone()[0] == \
+            conn.execute("SELECT count(*) FROM blocks WHERE transaction_count > 0").fetchone()[0] > 0
