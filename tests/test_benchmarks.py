@@ -14,16 +14,29 @@ from indexer.testing.cluster import REPO
 from .conftest import ADMIN_URL
 
 
-def bench_databases() -> set[str]:
+def left_behind(pid: int) -> set[str]:
+    """The databases a script of process `pid` made and did not drop: each script names its own
+    after its pid (bench_<pid>_..., bench_follow_<pid>_...), so that benchmark tests running side
+    by side (pytest -n) do not see each other's."""
     with psycopg.connect(ADMIN_URL) as admin:
-        return {r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'bench%'")}
+        return {r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname ~ %s",
+                                            [rf"^bench.*_{pid}(_|$)"])}
 
 
-def run_script(*args: str) -> str:
-    done = subprocess.run([sys.executable, *args, "--database-url", ADMIN_URL], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+class Ran(str):
+    """A script's output, and the pid it ran as."""
+
+    pid: int
+
+
+def run_script(*args: str) -> Ran:
+    with subprocess.Popen([sys.executable, *args, "--database-url", ADMIN_URL], cwd=REPO, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    ran = Ran(out)
+    ran.pid = proc.pid
+    return ran
 
 
 def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
@@ -32,7 +45,6 @@ def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
 
 
 def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
-    before = bench_databases()
     out = run_script("scripts/bench_queue.py", "--jobs", "300", "--workers", "1,3", "--scenario-workers", "3",
                      "--repeat", "1", "--history", "2000", "--dead", "2000", "--heartbeats", "2")
     runs = {}
@@ -50,12 +62,11 @@ def test_bench_queue_checks_every_job_and_counts_attempt_1_s_duplicates():
     # Heartbeats write no indexed column and fillfactor 70 leaves them room on the page: the goal
     # in BENCHMARKS.md is 90%, measured 99.98% there and 100% on this input run after run.
     assert 90 <= share <= 100, out
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     plot = tmp_path / "backfill.png"
-    before = bench_databases()
     out = run_script("scripts/bench_backfill.py", "--sparse", "300", "--dense", "12", "--dense-txs", "4",
                      "--workers", "1,2", "--plot", str(plot))
     rows = table_rows(out, "sparse") + table_rows(out, "dense")
@@ -69,11 +80,10 @@ def test_bench_backfill_indexes_both_chains_and_breaks_the_time_down(tmp_path):
     assert [r[0] for r in breakdown] == ["sparse", "dense"]
     assert all(float(x) > 0 for r in breakdown for x in r[1:])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert bench_databases() == before  # it cleans up after itself
+    assert not left_behind(out.pid)  # it cleans up after itself
 
 
 def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
-    before = bench_databases()
     out = run_script("scripts/bench_backfill.py", "--sparse", "0", "--dense", "0", "--mainnet", "30",
                      "--mainnet-era", "19426587", "--workers", "2", "--loader")
     runs = [r for r in table_rows(out, "mainnet") if len(r) > 5]
@@ -89,33 +99,30 @@ def test_bench_backfill_measures_the_mainnet_shaped_chain_and_the_nodes_share():
     (loaded,) = table_rows(out, "2 | ")
     workers, indexer_rate, loader_rate, ratio = loaded[:4]
     assert float(loader_rate.replace(",", "")) > 0 and ratio.endswith("x")
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_index_builds_builds_one_partitions_indexes_each_way():
-    before = bench_databases()
     out = run_script("scripts/bench_index_builds.py", "--blocks", "100", "--first", "18000000",
                      "--ways", "concurrently:64MB:2,plain:8MB:0")
     assert re.search(r"One partition of 100 mainnet-shaped blocks from 18,000,000: [\d,]+ transactions", out), out
     rows = table_rows(out, "concurrently") + table_rows(out, "plain")
     assert [r[:3] for r in rows] == [["concurrently", "64MB", "2"], ["plain", "8MB", "0"]], out
     assert all(float(r[3]) > 0 for r in rows), out
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_decode_decodes_every_transfer_and_compares_it_with_fetching():
-    before = bench_databases()
     out = run_script("scripts/bench_decode.py", "--blocks", "4", "--txs", "3", "--logs-per-tx", "40")
     # The script asserts every transfer decoded (40 logs a transaction: 32 transfers, 36 rows).
     assert "480 logs in 6 blocks (384 transfers, written as 432 rows)" in out, out
     rows = table_rows(out, "fetching") + table_rows(out, "copying") + table_rows(out, "decoding")
     assert len(rows) == 4 and all(float(r[2].replace(",", "")) > 0 for r in rows), out
     assert re.search(r"Decoding is [\d.]+x fetching by eth_getLogs", out), out
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_queue_measures_workers_through_the_latency_proxy():
-    before = bench_databases()
     out = run_script("scripts/bench_queue.py", "--latency", "0,0.5", "--workers", "1,3", "--claims-per-worker", "10")
     runs = {(r[0], r[1], r[3]): r for r in table_rows(out, "skip-locked-next |") + table_rows(out, "batch-10-next |")
             if len(r) == 7}
@@ -123,7 +130,7 @@ def test_bench_queue_measures_workers_through_the_latency_proxy():
     assert all(float(r[4].replace(",", "")) > 0 and float(r[6]) > 0 for r in runs.values()), out
     summary = [r for r in table_rows(out, "skip-locked-next |") + table_rows(out, "batch-10-next |") if len(r) == 5]
     assert len(summary) == 4, out
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_queue_refuses_a_round_trip_out_of_bounds():
@@ -135,7 +142,6 @@ def test_bench_queue_refuses_a_round_trip_out_of_bounds():
 
 
 def test_bench_pod_measures_a_pool_and_its_give_back_on_sigterm():
-    before = bench_databases()
     out = run_script("scripts/bench_pod.py", "--blocks", "400", "--era", "19426587", "--chunk", "100",
                      "--monitor-seconds", "1")
     rows = {r[0]: r[1] for r in table_rows(out, "") if len(r) == 2}
@@ -144,13 +150,12 @@ def test_bench_pod_measures_a_pool_and_its_give_back_on_sigterm():
     assert rows["jobs given back mid-way, by attempts spent"] in ("0: 1", "0: 2"), out
     assert float(rows["pool: peak of the processes' PSS, summed (MB)"].replace(",", "")) > 0
     assert int(rows["pool: most database sessions at once"]) >= 5  # 2 workers x 2, and the reaper
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_store_compares_versions_on_recorded_answers(tmp_path):
     answers = tmp_path / "answers.json"
     run_script("scripts/bench_store.py", "--record", str(answers), "--scale", "0.02")
-    before = bench_databases()
     out = run_script("scripts/bench_store.py", "--answers", str(answers), "--trees", ".,.", "--rounds", "1")
     rows = {(r[0].split()[0]): r for r in table_rows(out, "sparse") + table_rows(out, "dense") + table_rows(out, "mainnet")}
     assert set(rows) == {"sparse", "dense", "mainnet"}, out
@@ -158,11 +163,10 @@ def test_bench_store_compares_versions_on_recorded_answers(tmp_path):
     for row in table_rows(out, "mainnet"):
         # KiB a mainnet-shaped block, stored with its indexes, in each of the runs
         assert all(float(kib) > 100 for kib in row[5].split(", ")), row
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_growth_runs_both_index_modes(tmp_path):
-    before = bench_databases()
     out = run_script("scripts/bench_growth.py", "--blocks", "200", "--first", "18000000", "--partition-blocks", "100",
                      "--chunk", "50", "--query-indexes", "after,during", "--sample", "0.5", "--disk-path", str(tmp_path))
     assert "### INDEXER_QUERY_INDEXES=after: 200 blocks" in out and "### INDEXER_QUERY_INDEXES=during: 200 blocks" in out
@@ -178,11 +182,10 @@ def test_bench_growth_runs_both_index_modes(tmp_path):
     for mode in ("after", "during"):
         run = out.split(f"### INDEXER_QUERY_INDEXES={mode}")[1].split("###")[0]
         assert sum(float(r[5]) for n in range(1, 11) for r in table_rows(run, f"{n} |")) > 0, run
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
 
 
 def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
-    before = bench_databases()
     out = run_script("scripts/bench_follow.py", "--block-times", "0.5", "--duration", "3", "--ws",
                      "--reorg-depths", "1,3", "--reorg-repeat", "1", "--catch-up", "300", "--catch-up-repeat", "2",
                      "--idle", "1")
@@ -202,4 +205,17 @@ def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
     assert all(len(r[9].split(", ")) == 5 for r in runs), out
     assert "The follower against the drain: " in out
     assert re.search(r"\| [\d.]+% \| [\d.]+% \| [\d.]+% \|", out), out
-    assert bench_databases() == before
+    assert not left_behind(out.pid)
+
+
+def test_bench_traces_measures_blocks_traces_and_both_on_each_chain():
+    out = run_script("scripts/bench_traces.py", "--mainnet", "20", "--dense", "6", "--dense-txs", "4", "--chunk", "10")
+    runs = {(r[0], r[1]): r for r in table_rows(out, "mainnet") + table_rows(out, "dense") if len(r) == 14}
+    assert set(runs) == {(c, m) for c in ("mainnet", "dense") for m in ("blocks", "traces", "both")}, out
+    for chain in ("mainnet", "dense"):
+        # The script checks one top-level call a transaction and every job done; both runs trace alike.
+        assert runs[chain, "traces"][4] == runs[chain, "both"][4] != "0" and runs[chain, "blocks"][4] == "0", out
+        assert float(runs[chain, "traces"][13]) > 0, out
+        assert re.search(rf"{chain}: the traces job alone costs [\d.]+x the CPU of the blocks' job per block .* "
+                         r"indexed at [\d.]+x the blocks/s of INDEXER_TRACES=false", out), out
+    assert not left_behind(out.pid)

@@ -11,7 +11,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from indexer import chain, planner, roots
+from indexer import chain, planner, roots, traces
 from indexer.rpc import RpcClient
 from indexer.testing.mainnet_node import ERAS, MainnetNode, NodeProcess
 
@@ -128,6 +128,63 @@ def test_a_backfill_against_it_completes_and_verifies(db_url, conn, work):
     checked = run_indexer("verify", "--from", str(first), "--to", str(last + 1), "--roots", db_url=db_url, timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[0] == f"blocks {first:,}..{last:,}: all present, linked and complete"
+
+
+@pytest.mark.parametrize("first", SAMPLES, ids=[era.name for era in ERAS])
+def test_every_era_s_call_trees_pass_the_indexer_s_checks(node, first):
+    client = RpcClient([node.url], timeout=60, max_attempts=1)
+    blocks, receipts = chain.fetch_json(client, first, first + 4)
+    shapes = Counter()
+    for block in blocks:
+        number = int(block["number"], 16)
+        answer = rpc(node, "debug_traceBlockByHash", block["hash"], {"tracer": "callTracer"})
+        assert answer == rpc(node, "debug_traceBlockByNumber", block["number"], {"tracer": "callTracer"})
+        assert [item["txHash"] for item in answer] == [tx["hash"] for tx in block["transactions"]]
+        rows = traces.from_call_tracer(number, answer)
+        # Top-level call equal to the transaction, failed exactly when its receipt says so, every
+        # log emitted by a call that was not undone, subtraces counted.
+        traces.check_against_block(number, rows, block, receipts.get(number, []))
+        shapes.update(t.type for t in rows)
+        shapes["frames"] += len(rows)
+        shapes["transactions"] += len(block["transactions"])
+        shapes["deep"] += sum(len(t.trace_address) >= 3 for t in rows)
+        if block["transactions"]:
+            one = block["transactions"][-1]["hash"]
+            assert rpc(node, "debug_traceTransaction", one, {"tracer": "callTracer"}) == answer[-1]["result"]
+    if first >= 4_370_000:  # busy eras: trees as deep and as mixed as mainnet's
+        assert shapes["frames"] > 2 * shapes["transactions"], shapes
+        assert shapes["STATICCALL"] and shapes["DELEGATECALL"] and shapes["deep"], shapes
+
+
+def test_call_trees_are_the_same_on_every_run_and_only_the_call_tracer_is_served():
+    with MainnetNode(18_000_000, 18_000_009, templates=2) as a, MainnetNode(18_000_000, 18_000_009, templates=2) as b:
+        block = orjson.loads(a.block(18_000_003, False))
+        assert rpc(a, "debug_traceBlockByHash", block["hash"], {"tracer": "callTracer"}) == \
+            rpc(b, "debug_traceBlockByHash", block["hash"], {"tracer": "callTracer"})
+        with pytest.raises(Exception, match="callTracer"):
+            rpc(a, "debug_traceBlockByHash", block["hash"], {"tracer": "prestateTracer"})
+        with pytest.raises(Exception, match="not found"):
+            rpc(a, "debug_traceBlockByNumber", hex(18_000_010), {"tracer": "callTracer"})
+
+
+def test_a_backfill_with_traces_writes_every_call_and_fails_no_job(db_url, conn, work):
+    first, last = 18_000_000, 18_000_039
+    with NodeProcess(first, last - first + 1, templates=8, traces=True) as node:
+        planner.plan(conn, first, last + 1, 10)
+        pool = work(db_url, node.url, "--drain", "--workers", "2", INDEXER_TRACES="true")
+        assert pool.wait(600) == 0, pool.output()[-3000:]
+        expected = 0
+        client = RpcClient([node.url], timeout=60, max_attempts=1)
+        for n in range(first, last + 1):
+            answer = client.call("debug_traceBlockByNumber", hex(n), {"tracer": "callTracer"})
+            expected += len(traces.from_call_tracer(n, answer))
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    done = dict(conn.execute("SELECT kind, count(*) FROM jobs_history WHERE status = 'done' GROUP BY kind").fetchall())
+    assert done["index_blocks"] == done["index_traces"] == 4, done
+    transactions = conn.execute("SELECT sum(transaction_count) FROM blocks").fetchone()[0]
+    found = conn.execute("SELECT count(*), count(*) FILTER (WHERE trace_address = '{}'), count(DISTINCT block_number),"
+                         " count(*) FILTER (WHERE reverted) FROM traces").fetchone()
+    assert found[:3] == (expected, transactions, 40) and found[0] > 2 * transactions and found[3] > 0, found
 
 
 @pytest.mark.parametrize("args, message", [

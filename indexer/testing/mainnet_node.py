@@ -52,7 +52,33 @@ The figures (ERAS), and which are estimates:
   are mainnet's; timestamps are 14.5 s a block before the Merge (an average, estimate) and 12 s
   after it.
 
-    scripts/mainnet_node --first 18000000 --blocks 2000 --port 8545 [--precompute]
+Traces (issue 26): `debug_traceBlockByHash` and `debug_traceBlockByNumber` with
+`{"tracer": "callTracer"}` (a list of `{"txHash", "result": frame}`, frames nested in `calls`) and
+`debug_traceTransaction` (the frame alone), consistent with the blocks so that
+`indexer.traces.check_against_block` passes: the top frame is the transaction's from, to (for a
+creation a CREATE to the receipt's contractAddress, none when it failed), value and input, with
+the receipt's gasUsed, and `error` exactly when the receipt's status is 0x0; each log's address
+is the account a CALL that was not undone ran in. The shape is measured from the recorded mainnet
+block 24,298,763 (tests/fixtures/traces/erigon-rpc-tests-debug_traceBlockByNumber-callTracer-
+24298763.json: Erigon's callTracer answer, 361 transactions, 1,758 frames): a transaction without
+calldata gets its top frame alone (all 89 such there are one frame); one with calldata (272
+there, 6.1 frames on average, 169 of them one frame, up to 199 frames and 14 deep; 962 CALL, 455
+STATICCALL, 338 DELEGATECALL, 2 CREATE, 1 CREATE2 in the block, 18 frames failed) gets the tree of
+one of them at random: its types, nesting, errors and revert reasons, gas figures and which keys
+it has, and the sizes of every input and output (inner frames: 145 bytes of input, 27 of output
+on average), with fresh addresses and data. The accounts its CALLs ran in take the addresses of
+the transaction's logs; a log address left over (the blocks' logs come from more accounts than
+mainnet's: 70% from a fresh address, an estimate) gets a CALL frame of its own below the top one.
+So a tree has about 6.7 frames a transaction on the Shanghai-era blocks (against 4.9 in the
+recorded block) and its JSON about 8.6 KB a transaction, most of it the top frames' input: the
+transaction's calldata, 2.9 KB on average in block 18,000,000 (rollup batches before blobs)
+against 243 bytes in 24,298,763. Earlier eras use the same trees: an ESTIMATE. Each template's
+trees are built the first time one of its blocks is traced (about 0.5 s for an era's 64; before
+serving with `--traces`) and kept as JSON: serving a block's traces costs splicing in its
+transaction hashes; `debug_traceTransaction` finds its transaction by scanning, as
+eth_getTransactionReceipt does. No `trace_block`.
+
+    scripts/mainnet_node --first 18000000 --blocks 2000 --port 8545 [--precompute] [--traces]
 
 (or `python -m indexer.testing.mainnet_node ...`); it prints its URL once it serves, and stops on
 SIGTERM or Ctrl-C.
@@ -181,6 +207,129 @@ def _mixed_shape(rng: random.Random, kind: str) -> Shape:
         (rng.choice((1, 2, 3, 4)), rng.choice((0, 32, 64, 96))) for _ in range(rng.choice((0, 1, 1, 2, 3)))], failed
 
 
+@dataclass(frozen=True)
+class _Call:
+    """A transaction as its call tree must show it (`traces.check_against_block`)."""
+
+    sender: str
+    to: str | None
+    created: str | None  # the receipt's contractAddress
+    value: str
+    input: str
+    failed: bool
+    gas: int
+    gas_used: int
+    emitters: tuple[str, ...]  # its logs' addresses, each once, in order
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """A recorded transaction's call tree (`callTracer`), and the accounts its CALLs that were
+    not undone ran in, below the top frame (each once, in order): where logs can come from."""
+
+    frame: dict[str, Any]
+    emitters: tuple[str, ...]
+
+
+TRACES_FIXTURE = "traces/erigon-rpc-tests-debug_traceBlockByNumber-callTracer-24298763"
+_TREES: list[_Tree] = []
+
+
+def _recorded_trees() -> list[_Tree]:
+    """The call trees of the transactions with calldata of recorded mainnet block 24,298,763."""
+    if not _TREES:
+        answer = fixtures.load(TRACES_FIXTURE)[0]["response"]["result"]
+        trees = []
+        for item in answer:
+            top = item["result"]
+            if top["input"] == "0x":
+                continue
+            found: dict[str, None] = {}
+            outside = {top["from"], top.get("to")}
+
+            def walk(frame: dict[str, Any], undone: bool) -> None:
+                for call in frame.get("calls", ()):
+                    gone = undone or "error" in call
+                    if call["type"] == "CALL" and not gone and call["to"] not in outside:
+                        found[call["to"]] = None
+                    walk(call, gone)
+
+            walk(top, False)  # the top frame's own error is the transaction's (`_call_tree` sets it)
+            trees.append(_Tree(top, tuple(found)))
+        _TREES[:] = trees
+    return _TREES
+
+
+def _hex_size(data: str | None) -> int:
+    return 0 if not data else (len(data) - 2) // 2
+
+
+def _call_tree(rng: random.Random, call: _Call, trees: list[_Tree]) -> dict[str, Any]:
+    """A callTracer frame for `call`: a plain transfer's is its top frame alone; a contract call's
+    or creation's has the shape of a recorded tree (`_recorded_trees`: its types, depths, errors,
+    gas, value keys, input and output sizes; fresh addresses and data), picked at random. The
+    accounts its CALLs ran in are given the addresses of the transaction's logs, in order; a log's
+    address left over is given a CALL frame of its own, below the top one."""
+    context = call.to if call.to is not None else call.created
+    needed = [a for a in call.emitters if a != context]
+    recorded = rng.choice(trees) if call.to is None or call.input != "0x" else None
+    mapping: dict[str | None, str] = {}
+    if recorded is not None:
+        mapping[recorded.frame["from"]] = call.sender
+        if context is not None:
+            mapping[recorded.frame["to"]] = context
+        mapping |= dict(zip(recorded.emitters, needed))
+
+    def address(recorded_address: str) -> str:
+        if recorded_address not in mapping:
+            mapping[recorded_address] = "0x" + rng.randbytes(20).hex()
+        return mapping[recorded_address]
+
+    def rewrite(frame: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"from": address(frame["from"]), "gas": frame["gas"], "gasUsed": frame["gasUsed"]}
+        if "to" in frame:
+            out["to"] = address(frame["to"])
+        out["input"] = "0x" + _calldata(rng, _hex_size(frame.get("input"))).hex()
+        if "output" in frame:
+            out["output"] = "0x" + _calldata(rng, _hex_size(frame["output"])).hex()
+        for key in ("error", "revertReason"):
+            if key in frame:
+                out[key] = frame[key]
+        if frame.get("calls"):
+            out["calls"] = [rewrite(c) for c in frame["calls"]]
+        if "value" in frame:
+            out["value"] = frame["value"]
+        out["type"] = frame["type"]
+        return out
+
+    top = rewrite(recorded.frame) if recorded is not None else {}
+    size = _hex_size(call.input)
+    intrinsic = 21_000 + 16 * size + (32_000 if call.to is None else 0)
+    calls = top.pop("calls", [])
+    for key in ("to", "output", "error", "revertReason", "value", "type"):
+        top.pop(key, None)
+    top |= {"from": call.sender, "gas": hex(max(call.gas - intrinsic, 0)), "gasUsed": hex(call.gas_used)}
+    if context is not None:
+        top["to"] = context
+    top["input"] = call.input
+    if call.failed:
+        top["error"] = "execution reverted"
+    elif call.to is None:
+        top["output"] = "0x" + _calldata(rng, size // 3).hex()  # the deployed code
+    elif recorded is not None and "output" in recorded.frame:
+        top["output"] = "0x" + _calldata(rng, _hex_size(recorded.frame["output"])).hex()
+    for emitter in needed[len(recorded.emitters) if recorded is not None else 0:]:
+        used = rng.randrange(3_000, 40_000)
+        calls.append({"from": context, "gas": hex(used + rng.randrange(0, 100_000)), "gasUsed": hex(used),
+                      "to": emitter, "input": "0x" + _calldata(rng, 68).hex(),
+                      "output": "0x" + _calldata(rng, 32).hex(), "value": "0x0", "type": "CALL"})
+    if calls:
+        top["calls"] = calls
+    top["value"] = call.value
+    top["type"] = "CREATE" if call.to is None else "CALL"
+    return top
+
+
 # Markers in a template's JSON, each replaced by a block's own value: {{bh}} its hash, {{ph}} its
 # parent's, {{bn}} its number, {{ts}} its timestamp, {{sr}} its state root, {{tr}} its
 # transactions root, {{wr}} its withdrawals root, {{r8}} the last 16 hex digits of every
@@ -253,6 +402,9 @@ class Template:
         post_london = era.start >= 12_965_000
         byzantium = era.start >= 4_370_000
         txs, receipts = [], []
+        self.calls: list[_Call] = []
+        self._frames: list[bytes] | None = None  # each transaction's callTracer frame, as JSON (`trace_frames`)
+        self._era, self._index = era.name, index
         self.splices: list[tuple[bytes, bytes]] = []  # each encoding around the 8 bytes of r that vary
         cumulative = 0
         base_fee = rng.randrange(5, 60) * 10**9 if post_london else None
@@ -331,6 +483,10 @@ class Template:
             for topics, data in logs:
                 receipt["logs"].append(self._log(rng, topics, data, i, to))
             receipts.append(receipt)
+            # What the transaction's call tree is made to agree with (`Template.trace_frames`).
+            self.calls.append(_Call(sender, to, receipt["contractAddress"], tx["value"], tx["input"], failed,
+                                    int(tx["gas"], 16), gas_used,
+                                    tuple(dict.fromkeys(entry["address"] for entry in receipt["logs"]))))
         log_index = 0
         for receipt in receipts:
             for entry in receipt["logs"]:
@@ -383,6 +539,15 @@ class Template:
         self.hashes = _split(header | {"transactions": [f"{{{{t{i}}}}}" for i in range(count)]})
         self.receipts = _split(receipts)
 
+    def trace_frames(self) -> list[bytes]:
+        """Each transaction's call tree as `callTracer` gives it (`_call_tree`), as JSON: built the
+        first time, then kept (the caller holds the node's lock)."""
+        if self._frames is None:
+            rng = random.Random(f"{self._era}/{self._index}/traces")
+            trees = _recorded_trees()
+            self._frames = [orjson.dumps(_call_tree(rng, call, trees)) for call in self.calls]
+        return self._frames
+
     @staticmethod
     def _log(rng: random.Random, topics: int, data: int, index: int, to: str | None) -> dict[str, Any]:
         if topics == 3 and data == 32:  # an ERC-20 Transfer, as most such logs are
@@ -427,8 +592,9 @@ class MainnetNode:
     "safe"), served on loopback at `port` (0: a free one) from a thread of its own. Methods:
     eth_chainId, net_version, eth_blockNumber, eth_getBlockByNumber and eth_getBlockByHash (full
     or hashes only), eth_getBlockReceipts (by hash, number, tag or EIP-1898 object),
-    eth_getTransactionReceipt (of a block served recently). A block outside the range is null;
-    another method is go-ethereum's -32601."""
+    eth_getTransactionReceipt (of a block served recently), debug_traceBlockByHash,
+    debug_traceBlockByNumber and debug_traceTransaction (callTracer only). A block outside the
+    range is null (its traces an error); another method is go-ethereum's -32601."""
 
     def __init__(self, first: int, last: int, *, templates: int = 64, port: int = 0, cache_blocks: int = 4096) -> None:
         if first < 0 or last < first:
@@ -561,17 +727,61 @@ class MainnetNode:
             return [b"null"]
         return _render(self.template(number).receipts, self.values(number))
 
-    def receipt(self, tx_hash: str) -> bytes:
-        """The receipt of a transaction of a block computed so far (a fallback the indexer uses
-        only where eth_getBlockReceipts is missing): found by scanning, which is slow but rare."""
+    def _find(self, tx_hash: str) -> tuple[int, int] | None:
+        """The block and position of a transaction of a block computed so far: found by
+        scanning, which is slow but rare (the indexer asks by transaction only as a fallback)."""
         wanted = tx_hash.lower().encode()
         with self.lock:
             computed = list(self._computed.items())
         for number, (_, _, hashes) in computed:
             at = hashes.find(wanted)
             if at >= 0 and at % 66 == 0:
-                return orjson.dumps(orjson.loads(self.receipts(number))[at // 66])
-        return b"null"
+                return number, at // 66
+        return None
+
+    def receipt(self, tx_hash: str) -> bytes:
+        """The receipt of a transaction of a block computed so far (a fallback the indexer uses
+        only where eth_getBlockReceipts is missing)."""
+        found = self._find(tx_hash)
+        if found is None:
+            return b"null"
+        return orjson.dumps(orjson.loads(self.receipts(found[0]))[found[1]])
+
+    # --- traces -----------------------------------------------------------------------------------
+
+    def trace_frames(self, number: int) -> list[bytes]:
+        """The callTracer frame of each transaction of block `number`, as JSON."""
+        template = self.template(number)
+        with self.lock:
+            return template.trace_frames()
+
+    def prepare_traces(self) -> None:
+        """Builds the call trees of every template built so far (`Template.trace_frames`), so that
+        the first blocks traced do not pay for them."""
+        with self.lock:
+            for built in self._templates.values():
+                for template in built:
+                    template.trace_frames()
+
+    def _block_traces(self, number: int) -> list[bytes]:
+        """`debug_traceBlockByHash` with `callTracer`: `[{"txHash", "result": frame}, ...]`."""
+        if not self.first <= number <= self.last:
+            raise ValueError(f"block {number} not found")
+        frames = self.trace_frames(number)
+        hashes = self._hashes(number)[2]
+        out = [b"["]
+        for i, frame in enumerate(frames):
+            out += [b'{"txHash":"', hashes[66 * i:66 * i + 66], b'","result":', frame, b"},"]
+        if frames:
+            out[-1] = b"}"
+        out.append(b"]")
+        return out
+
+    def _transaction_trace(self, tx_hash: str) -> list[bytes]:
+        found = self._find(tx_hash)
+        if found is None:
+            raise ValueError(f"transaction {tx_hash} not found")
+        return [self.trace_frames(found[0])[found[1]]]
 
     # --- JSON-RPC ---------------------------------------------------------------------------------
 
@@ -617,6 +827,14 @@ class MainnetNode:
             return self._receipts(self._by_hash(which) if len(which) == 66 else self._number(which))
         if method == "eth_getTransactionReceipt":
             return [self.receipt(params[0])]
+        if method in ("debug_traceBlockByHash", "debug_traceBlockByNumber", "debug_traceTransaction"):
+            options = params[1] if len(params) > 1 else {}
+            if not isinstance(options, dict) or options.get("tracer") != "callTracer":
+                raise ValueError("only the callTracer is served here ({\"tracer\": \"callTracer\"})")
+            if method == "debug_traceTransaction":
+                return self._transaction_trace(params[0])
+            return self._block_traces(self._by_hash(params[0]) if method == "debug_traceBlockByHash"
+                                      else self._number(params[0]))
         if method == "eth_blockNumber":
             return [b'"%s"' % hex(self.last).encode()]
         if method == "eth_chainId":
@@ -640,13 +858,16 @@ class MainnetNode:
 
 class NodeProcess:
     """`scripts/mainnet_node` run in a process of its own (so that its CPU time is its own), with
-    every block precomputed before it answers: `url`, `proc`, `first`, `last`."""
+    every block precomputed before it answers (with `traces`, every call tree built too):
+    `url`, `proc`, `first`, `last`."""
 
-    def __init__(self, first: int, blocks: int, *, templates: int = 64, precompute: bool = True) -> None:
+    def __init__(self, first: int, blocks: int, *, templates: int = 64, precompute: bool = True,
+                 traces: bool = False) -> None:
         self.first, self.last = first, first + blocks - 1
         args = ["--first", str(first), "--blocks", str(blocks), "--port", "0", "--templates", str(templates)]
         self.proc = subprocess.Popen([sys.executable, "-m", "indexer.testing.mainnet_node", *args,
-                                      *(["--precompute"] if precompute else [])], stdout=subprocess.PIPE, text=True)
+                                      *(["--precompute"] if precompute else []), *(["--traces"] if traces else [])],
+                                     stdout=subprocess.PIPE, text=True)
         self.url = (self.proc.stdout.readline() if self.proc.stdout else "").strip()
         if not self.url:
             self.close()
@@ -683,6 +904,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--precompute", action="store_true",
                     help="compute every block's hashes before serving (about 4 ms a dense block), so that serving costs"
                          " only filling them in")
+    ap.add_argument("--traces", action="store_true",
+                    help="build every template's call trees before serving (else the first block traced of each era"
+                    " builds them)")
     args = ap.parse_args(argv)
     if args.first < 0:
         ap.error(f"--first must be 0 or more, not {args.first}")
@@ -701,6 +925,8 @@ def main(argv: list[str] | None = None) -> None:
     node.template(args.first + args.blocks - 1)
     if args.precompute:
         node.precompute()
+    if args.traces:
+        node.prepare_traces()
     print(node.url, flush=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
