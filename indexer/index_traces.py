@@ -49,8 +49,9 @@ CHAIN_DATA_ATTEMPTS = 3
 
 CALL_TRACER = {"tracer": "callTracer"}
 
-# The last block of the window starting at `first`: the blocks up to `last` while the
-# transactions before each stay under the target, at most `blocks` of them, and at least `first`.
+# The last block of the window starting at `first`: the blocks up to `last` (the job's end, or
+# INDEXER_BATCH_SIZE blocks on) while the transactions before each stay under the target, and at
+# least `first`.
 WINDOW_END = """
 SELECT coalesce(max(number), %(first)s) FROM (
     SELECT number, sum(transaction_count) OVER (ORDER BY number) - transaction_count AS before
@@ -284,9 +285,8 @@ def run(worker: Worker, job: Claim) -> Ended:
     while cursor <= blocks.last:
         if worker.stop.is_set():
             raise Stopping()
-        last = min(conn.execute(WINDOW_END, {"first": cursor, "last": blocks.last,
-                                              "transactions": cfg.trace_batch_transactions}).fetchone()[0],
-                   cursor + cfg.batch_size - 1, blocks.last)
+        last = conn.execute(WINDOW_END, {"first": cursor, "last": min(blocks.last, cursor + cfg.batch_size - 1),
+                                         "transactions": cfg.trace_batch_transactions}).fetchone()[0]
         stored = stored_blocks(conn, cursor, last)
         missing = next((n for n, b in enumerate(stored, cursor) if b.number != n), cursor + len(stored))
         if missing == cursor:

@@ -132,11 +132,16 @@ finished AS (
     SELECT '{DECODE_LOGS}', payload, created_at - interval '1 microsecond' FROM finished WHERE kind = '{INDEX_BLOCKS}'
 ), trace AS (
     -- With INDEXER_TRACES on, the traces of the range too, the same way (after its decoding),
-    -- unless a repair that planned the range again planned its traces with it (jobs_traces_payload_idx).
+    -- unless a live traces job covers any of it already: a repair that planned the range again
+    -- planned the traces of its blocks that had some (jobs_traces_range_idx).
     INSERT INTO jobs (kind, payload, run_at)
     SELECT '{INDEX_TRACES}', payload, created_at FROM finished f
     WHERE kind = '{INDEX_BLOCKS}' AND %(traces)s
-      AND NOT EXISTS (SELECT FROM jobs t WHERE t.kind = '{INDEX_TRACES}' AND t.payload = f.payload)
+      AND NOT EXISTS (
+          SELECT FROM jobs t
+          WHERE t.kind = '{INDEX_TRACES}'
+            AND int8range(job_block_number(t.payload->'from'), job_block_number(t.payload->'to'), '[]')
+                && int8range(job_block_number(f.payload->'from'), job_block_number(f.payload->'to'), '[]'))
 )"""
 
 COMPLETE = f"WITH {_FINISH} SELECT id FROM archived"

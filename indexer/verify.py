@@ -97,6 +97,10 @@ DELETE_TRACES = """
 WITH gone AS (DELETE FROM traces WHERE block_number = ANY(%(numbers)s) RETURNING block_number)
 SELECT DISTINCT block_number FROM gone ORDER BY 1
 """
+# The blocks locked before any row of them is deleted: a traces job writing them holds them FOR
+# SHARE (index_traces.LOCK_BLOCKS) until its traces are in, so the deletion waits and then sees
+# those traces; a job that comes after finds the blocks gone and writes nothing.
+LOCK_BLOCKS = "SELECT FROM blocks WHERE number = ANY(%(numbers)s) ORDER BY number FOR UPDATE"
 # Every table of the schema that holds rows of a block, with the statement that deletes them: a
 # table a migration adds with a `block_number` column fails tests/test_verify.py until it is
 # here. The tables of registered ABIs, made at run time, are abi.py's to find. Decoded rows go
@@ -202,6 +206,7 @@ def delete_blocks(conn: psycopg.Connection, numbers: list[int]) -> tuple[list[st
     """Deletes the blocks and every row of them, the events the registered ABIs decoded from
     their logs and their traces included, in the caller's transaction. Returns the tables
     deleted from, and the blocks whose traces were deleted."""
+    conn.execute(LOCK_BLOCKS, {"numbers": numbers})
     events = abi.delete_blocks_events(conn, numbers)
     traced = conn.execute(DELETE_TRACES, {"numbers": numbers}).fetchall()
     for table, statement in BLOCK_TABLES.items():

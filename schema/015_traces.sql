@@ -168,9 +168,11 @@ WHERE type = 'REWARD' AND value > 0;
 CREATE INDEX jobs_history_traces_last_block_idx ON jobs_history (job_block_number(payload->'to'))
     WHERE kind = 'index_traces';
 
--- A completed block range with INDEXER_TRACES on enqueues its traces unless a repair planned them
--- already (indexer/queue.py): looked up by payload among the few live traces jobs.
-CREATE INDEX jobs_traces_payload_idx ON jobs (payload) WHERE kind = 'index_traces';
+-- A completed block range with INDEXER_TRACES on enqueues its traces unless a live traces job
+-- covers part of it already (a repair planned them: indexer/queue.py), looked up by range.
+CREATE INDEX jobs_traces_range_idx ON jobs USING gist
+    (int8range(job_block_number(payload->'from'), job_block_number(payload->'to'), '[]'))
+    WHERE kind = 'index_traces';
 
 -- The kinds listed here are those of block_range.RANGE_KINDS. No live job has the new kind yet,
 -- so no payload needs archiving first.

@@ -176,9 +176,11 @@ def test_traces_of_blocks_never_indexed_fail_saying_what_to_plan(trace_node, db_
     assert "block 2 is not stored" in error and "indexer plan --from 2 --to 3" in error, error
 
 
-def test_a_repair_gives_back_the_traces_it_deleted(trace_node, db_url, work):
+@pytest.mark.parametrize("traces_on", [False, True])
+def test_a_repair_gives_back_the_traces_it_deleted(traces_on, trace_node, db_url, work):
     """`verify --repair` deletes a damaged block with every row of it, its traces included, and
-    plans its traces again beside its blocks: a pool without INDEXER_TRACES brings them back."""
+    plans its traces again beside its blocks: a pool without INDEXER_TRACES brings them back, and
+    one with it does not trace them twice."""
     node = trace_node.node
     index(db_url, node.url, work, end=trace_node.head + 1)
     before = rows(db_url)
@@ -190,9 +192,12 @@ def test_a_repair_gives_back_the_traces_it_deleted(trace_node, db_url, work):
         assert conn.execute("SELECT count(*) FROM traces WHERE block_number = 3").fetchone()[0] == 0
         assert conn.execute("SELECT kind, payload FROM jobs WHERE status = 'pending' ORDER BY kind").fetchall() == [
             ("index_blocks", {"from": 3, "to": 3}), ("index_traces", {"from": 3, "to": 3})]
-    pool = work(db_url, node.url, "--drain")
+    pool = work(db_url, node.url, "--drain", INDEXER_TRACES=str(traces_on).lower())
     assert pool.wait() == 0, pool.output()
     assert rows(db_url) == before
+    with db.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs_history WHERE kind = 'index_traces'"
+                            " AND payload = '{\"from\": 3, \"to\": 3}'").fetchone()[0] == 1
 
 
 def test_a_reorg_rolled_back_while_following_takes_its_orphans_traces_and_brings_the_new_blocks(db_url, work):

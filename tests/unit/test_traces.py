@@ -204,3 +204,16 @@ def test_calls_out_of_place_are_refused_before_anything_reads_them():
     ]:
         with pytest.raises(ChainDataError, match=f"^block 7: .*{says}"):
             traces.check_against_block(7, parity(change), BLOCK, RECEIPTS)
+
+
+def test_the_logs_a_client_adds_itself_need_no_call_polygon_s_fee_log():
+    """A plain transfer on Polygon PoS: one frame, A to B, and a receipt with Bor's LogFeeTransfer
+    at 0x...1010, which Bor adds itself, with no code run there. Any other account with no call
+    is still a call missing."""
+    answer = [{"txHash": TX, "result": {"type": "CALL", "from": A, "to": B, "value": "0x5", "gas": "0x0",
+                                        "gasUsed": "0x5208", "input": "0x1234"}}]
+    found = traces.from_call_tracer(7, answer)
+    fee = {"address": "0x0000000000000000000000000000000000001010"}
+    traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "status": "0x1", "logs": [fee]}])
+    with pytest.raises(ChainDataError, match="a call is missing"):
+        traces.check_against_block(7, found, BLOCK, [{"contractAddress": None, "logs": [fee, {"address": C}]}])
