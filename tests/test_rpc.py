@@ -577,5 +577,7 @@ def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_orjson_stops_at_ha
         client = RpcClient([node.url], max_attempts=1)
         (answer,) = client.batch([("debug_traceBlockByHash", ("deep",))])
         assert len(traces.from_call_tracer(1, answer)) == 1024
-        with pytest.raises(RpcError, match="answer is not JSON"):
+        # Not JSON past DEEPEST_JSON, or, where the interpreter allows deeper still (its recursion
+        # limit is the process's), no answer to the call: refused either way.
+        with pytest.raises(RpcError, match="answer is not JSON|answer lacks all 1 results"):
             client.batch([("debug_traceBlockByHash", ("deeper",))])
