@@ -203,6 +203,22 @@ def drop_database(admin_url: str, name: str) -> None:
 LAST_RANGE_INDEXED = "SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs_history WHERE kind = 'index_blocks'"
 
 
+def drain(env: dict[str, str], workers: int, cores: Cores) -> tuple[int, float, Watch]:
+    """`indexer work --drain` until it exits, inside `cores` (which gets the pool's own CPU as
+    its client's): its exit code, its seconds, and the watch of its processes."""
+    with cores:
+        started = time.perf_counter()
+        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"],
+                                env=env)
+        watch = Watch(proc.pid)
+        watch.start()
+        rc = proc.wait()
+        elapsed = time.perf_counter() - started
+        watch.finish()
+        cores.client_seconds = sum(watch.cpu.values())
+    return rc, elapsed, watch
+
+
 def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: int, name: str, cores: Cores,
                 chunk: int | None = None, settings: dict[str, str] | None = None,
                 tree: Path | None = None) -> tuple[float, float, int]:
@@ -223,16 +239,7 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
         subprocess.run([INDEXER, *cmd], env=env, check=True, capture_output=True)
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:  # the database's clock, which dates the jobs
         started_at = c.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-    with cores:
-        started = time.perf_counter()
-        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"],
-                                env=env)
-        watch = Watch(proc.pid)
-        watch.start()
-        rc = proc.wait()
-        elapsed = time.perf_counter() - started
-        watch.finish()
-        cores.client_seconds = sum(watch.cpu.values())
+    rc, elapsed, watch = drain(env, workers, cores)
     if rc != 0:
         raise SystemExit(f"indexer work exited with {rc}")
     with psycopg.connect(env["INDEXER_DATABASE_URL"]) as c:

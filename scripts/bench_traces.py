@@ -42,7 +42,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import INDEXER, LAST_RANGE_INDEXED, Cores, Watch, drop_database, fresh_database  # noqa: E402
+from bench_backfill import INDEXER, LAST_RANGE_INDEXED, Cores, drain, drop_database, fresh_database  # noqa: E402
 from bench_growth import WORKERS, DatabaseCpu  # noqa: E402
 
 from indexer.testing.anvil import Anvil, build_dense  # noqa: E402
@@ -101,17 +101,8 @@ def pool(env: dict[str, str], workers: int, node_pid: int, chain: str, mode: str
     cores = Cores(node_pid)
     database = DatabaseCpu(env["INDEXER_DATABASE_URL"])
     database.start()
-    with cores:
-        started = time.perf_counter()
-        proc = subprocess.Popen([INDEXER, "work", "--drain", "--workers", str(workers), "--log-level", "WARNING"],
-                                env=env)
-        watch = Watch(proc.pid)
-        watch.start()
-        rc = proc.wait()
-        elapsed = time.perf_counter() - started
-        watch.finish()
-        cores.client_seconds = sum(watch.cpu.values())
-        sessions = database.totals()[WORKERS]
+    rc, elapsed, _ = drain(env, workers, cores)
+    sessions = database.totals()[WORKERS]
     database.finish()
     if rc != 0:
         raise SystemExit(f"indexer work exited with {rc} ({chain}, {mode})")

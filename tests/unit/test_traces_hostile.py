@@ -12,9 +12,8 @@ import pytest
 from indexer import index_traces, traces
 from indexer.rows import ChainDataError
 
-A, B, C = "0x" + "aa" * 20, "0x" + "bb" * 20, "0x" + "cc" * 20
-TX = "0x" + "11" * 32
-BLOCK_HASH = "0x" + "22" * 32
+from .test_traces import BLOCK_HASH, TX, A, B, C
+
 
 CALL_TRACER = [{"txHash": TX, "result": {
     "type": "CALL", "from": A, "to": B, "value": "0x5", "gas": "0x10000", "gasUsed": "0x6000", "input": "0x1234",
