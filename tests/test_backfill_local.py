@@ -40,12 +40,20 @@ def test_keep_prints_what_another_shell_exports_to_use_what_it_left_running():
         subprocess.run(["bash", "-c", stop], check=True, timeout=120)
 
 
+def at_the_keyboard() -> None:
+    """The script started as from a terminal, Ctrl-C delivered: a command run in the background
+    by a shell without job control (as CI may run the suite) starts with SIGINT ignored, and bash
+    can neither trap nor reset a signal ignored on entry."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_follow_indexes_the_blocks_mined_after_the_backfill_until_ctrl_c(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
     out = tmp_path / "backfill-local.out"
     with out.open("w") as log:
         script = subprocess.Popen([str(REPO / "scripts" / "backfill-local"), "--to", "40", "--workers", "1", "--follow",
-                                   "--block-time", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                                   "--block-time", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  preexec_fn=at_the_keyboard)
     try:
         def database() -> str | None:
             found = re.search(r"^postgres: (\S+)$", out.read_text(), re.MULTILINE)

@@ -192,7 +192,10 @@ def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
     # Every block mined while watched is counted, stored and decoded, polling and with newHeads.
     lags = table_rows(out, "0.5 s")
     assert [r[0] for r in lags] == ["0.5 s", "0.5 s, newHeads"], out
-    assert all(int(r[1]) > 0 and r[2].count(" / ") == 2 and "-" not in r[3] for r in lags), out
+    # A lag may be a little below 0: the node is asked every 50 ms, and with newHeads a block can be
+    # stored before the sampler sees it at the node.
+    assert all(int(r[1]) > 0 and all(re.fullmatch(r"(-?[\d,]+ / ){2}-?[\d,]+", cell) for cell in r[2:4])
+               for r in lags), out
     # Each reorg is rolled back (the script checks the whole chain against the node's afterwards).
     reorgs = [r for r in table_rows(out, "1 |") + table_rows(out, "3 |") if len(r) == 5]
     assert [(r[0], r[1]) for r in reorgs] == [("1", "1"), ("3", "1")], out

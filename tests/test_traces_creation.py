@@ -14,6 +14,7 @@ import pytest
 
 from indexer import db, traces
 from indexer.testing.anvil import Anvil
+from indexer.testing.waiting import wait_for
 
 A, CREATED = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266", "0x5fbdb2315678afecb367f032d93f642f64180aa3"
 TX = "0xe321e9327d1e7a6f9a21801aa7d92cab756a96c7d5834a4b31d40f12926b71b6"
@@ -49,7 +50,7 @@ def failed_creation_node() -> Iterator[Anvil]:
     with Anvil() as node:
         sender = node.rpc("eth_accounts")[0]
         tx = node.rpc("eth_sendTransaction", {"from": sender, "data": INIT, "gas": "0x30000"})
-        receipt = node.rpc("eth_getTransactionReceipt", tx)
+        receipt = wait_for(lambda: node.rpc("eth_getTransactionReceipt", tx), "the transaction mined")
         assert receipt["status"] == "0x0" and receipt["contractAddress"] is not None
         yield node
 
