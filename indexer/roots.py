@@ -16,9 +16,9 @@ The layers, so that `indexer verify --roots` can recompute the same roots from s
   `rlp` package, on every recorded block.
 
 RLP is encoded by the few small functions below rather than by `rlp.encode`, which infers a
-sedes for every item and costs several times as much per transaction. keccak-256 is eth-hash's:
-its pysha3 backend where safe-pysha3 is installed (a C extension, under 1 us per hash of a
-transaction), otherwise its default pycryptodome backend (about 5 us a hash, through ctypes);
+sedes for every item and costs several times as much per transaction. keccak-256 is eth-hash's
+pysha3 backend, on safe-pysha3 (a dependency: a C extension, under 1 us a hash), or, where that
+cannot be imported, eth-hash's pycryptodome backend (about 5 us a hash, through ctypes);
 `KECCAK_BACKEND` says which.
 """
 

@@ -135,7 +135,7 @@ class Settings(BaseSettings):
         " from the highest orphan down to the stored block the node agrees with (1 to 1,000,000,000)")
     verify_roots: bool = Field(
         False, description="recompute each block's transactions, receipts and withdrawals roots before writing it"
-        " (off by default: it adds about a third to a worker's CPU per dense block; BENCHMARKS.md)")
+        " (off by default: it adds about 40% to a worker's CPU per mainnet-shaped block; BENCHMARKS.md)")
     traces: bool = Field(
         False, description="index every call of every transaction from the node's tracers (debug_traceBlockByNumber with"
         " callTracer, or trace_block): each block range indexed gets an index_traces job (off by default: tracing is"

@@ -43,6 +43,10 @@ TAMPERINGS: list[tuple[str, Callable[[dict[str, Any], list[dict[str, Any]]], Non
     ("receipts", lambda b, r: a_log(r)["topics"].__setitem__(0, flip(a_log(r)["topics"][0]))),
     ("receipts", lambda b, r: a_log(r).update(address=flip(a_log(r)["address"]))),
     ("receipts", lambda b, r: next(x for x in r if x["logs"])["logs"].pop()),
+    # The bloom alone changed, its logs left as they are: no bloom is recomputed from the logs,
+    # but the receipts root commits to each receipt's bloom.
+    ("receipts", lambda b, r: next(x for x in r if x["logs"]).update(
+        logsBloom=flip(next(x for x in r if x["logs"])["logsBloom"]))),
     ("withdrawals", lambda b, r: b["withdrawals"][3].update(amount=flip(b["withdrawals"][3]["amount"]))),
 ]
 
