@@ -222,3 +222,20 @@ def test_bench_traces_measures_blocks_traces_and_both_on_each_chain():
         assert re.search(rf"{chain}: the traces job alone costs [\d.]+x the CPU of the blocks' job per block .* "
                          r"indexed at [\d.]+x the blocks/s of INDEXER_TRACES=false", out), out
     assert not left_behind(out.pid)
+
+
+def test_bench_peers_runs_the_peers_beside_the_indexer_on_both_chains():
+    # The first run installs cryo and ethereum-etl into .cache/peers (half a minute); later runs reuse them.
+    out = run_script("scripts/bench_peers.py", "--dense", "6", "--dense-txs", "4", "--sparse", "300")
+    rows = table_rows(out, "dense, ") + table_rows(out, "sparse, ")
+    assert [r[0] for r in rows] == ["dense, 7 blocks × 4 tx", "sparse, 300 empty blocks"], out
+    for row in rows:
+        assert len(row) == 6, row
+        # The raw client and the lean script always run; a peer that could not be installed says so.
+        assert all(float(cell.replace(",", "")) > 0 for cell in row[1:3]), row
+        for peer, cell in (("cryo", row[3]), ("ethereum-etl", row[4])):
+            assert (cell == "not run" and f"{peer} could not be installed here" in out) or \
+                float(cell.replace(",", "")) > 0, row
+        assert re.fullmatch(r"[\d,]+ \([\d.]+×\)", row[5]), row
+    assert len(table_rows(out, "dense | ")) == len(table_rows(out, "sparse | ")) == 6, out  # cores, each run
+    assert not left_behind(out.pid)
