@@ -33,10 +33,12 @@ from psycopg.types.json import Jsonb
 
 from . import metrics, queue, traces
 from .block_range import BlockRange
+from .index_blocks import CHAIN_DATA_ATTEMPTS
 from .claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable
 from .queue import Claim
 from .rows import ChainDataError
 from .rpc import UNSUPPORTED, Fallback, RpcClient, RpcError
+from .stored_roots import as_data, as_quantity
 from .states import Outcome
 
 if TYPE_CHECKING:
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# Traces that do not describe the stored block are asked again this many times in all.
-CHAIN_DATA_ATTEMPTS = 3
 
 CALL_TRACER = {"tracer": "callTracer"}
 
@@ -115,24 +115,20 @@ class StoredBlock:
         return {"hash": self.hash, "transactions": self.transactions}
 
 
-def _hex(value: bytes | None) -> str | None:
-    return None if value is None else "0x" + value.hex()
-
-
 def stored_blocks(conn: psycopg.Connection, first: int, last: int) -> list[StoredBlock]:
     """The stored blocks of first..last, in order, with their transactions, receipts and logs."""
     params = {"first": first, "last": last}
     blocks = {n: StoredBlock(n, h) for n, h in conn.execute(STORED_BLOCKS, params)}
     for n, index, h, frm, to, value, data, status, used, created in conn.execute(STORED_TRANSACTIONS, params):
         block = blocks[n]
-        block.transactions.append({"hash": _hex(h), "from": _hex(frm), "to": _hex(to), "value": hex(int(value)),
-                                   "input": _hex(data)})
-        block.receipts.append({"status": None if status is None else hex(status), "gasUsed": hex(used),
-                               "contractAddress": _hex(created), "logs": []})
+        block.transactions.append({"hash": as_data(h), "from": as_data(frm), "to": as_data(to),
+                                   "value": as_quantity(value), "input": as_data(data)})
+        block.receipts.append({"status": as_quantity(status), "gasUsed": as_quantity(used),
+                               "contractAddress": as_data(created), "logs": []})
     for n, index, address in conn.execute(STORED_LOG_ADDRESSES, params):
         receipts = blocks[n].receipts
         if index < len(receipts):  # a log of a transaction not stored: verify reports the block
-            receipts[index]["logs"].append({"address": _hex(address)})
+            receipts[index]["logs"].append({"address": as_data(address)})
     return list(blocks.values())
 
 
@@ -140,20 +136,6 @@ def still_stored(conn: psycopg.Connection, blocks: list[StoredBlock]) -> bool:
     """Whether `blocks` are stored as they were read, locked until the caller's transaction ends."""
     now = conn.execute(LOCK_BLOCKS, {"first": blocks[0].number, "last": blocks[-1].number}).fetchall()
     return now == [(b.number, b.hash) for b in blocks]
-
-
-def _one_by_one(blocks: list[StoredBlock], method: str, instead: str, options: tuple[Any, ...],
-                combine: Callable[[list[Any]], Any]) -> Fallback:
-    """The `rpc.Fallback` that asks a block's traces transaction by transaction, by hash (so each
-    answer is of the transaction asked), when the endpoint lacks `method` or it is too slow or
-    too large for the block."""
-    hashes = {b.hash if method == "debug_traceBlockByHash" else hex(b.number): [tx["hash"] for tx in b.transactions]
-              for b in blocks}
-
-    def expand(call: tuple[str, Any]) -> list[tuple[str, Any]]:
-        return [(instead, (h, *options)) for h in hashes[call[1][0]]]
-
-    return Fallback(method, instead, expand, combine)
 
 
 def _concatenated(results: list[Any]) -> list[Any]:
@@ -185,12 +167,24 @@ FAMILIES = (
 )
 
 
+def _one_by_one(blocks: list[StoredBlock], family: Family) -> Fallback:
+    """The `rpc.Fallback` that asks a block's traces transaction by transaction, by hash (so each
+    answer is of the transaction asked), when the endpoint lacks the family's block method or it
+    is too slow or too large for the block."""
+    hashes = {family.by(b): [tx["hash"] for tx in b.transactions] for b in blocks}
+
+    def expand(call: tuple[str, Any]) -> list[tuple[str, Any]]:
+        return [(family.instead, (h, *family.options)) for h in hashes[call[1][0]]]
+
+    return Fallback(family.method, family.instead, expand, family.combine)
+
+
 def fetch(client: RpcClient, blocks: list[StoredBlock]) -> dict[int, list[traces.Trace]]:
     """The traces of `blocks`, each block's checked against it and settled (`traces.settle`):
     by the first family some endpoint serves. RpcError UNSUPPORTED when none serves either."""
     for family in FAMILIES:
         calls = [(family.method, (family.by(b), *family.options)) for b in blocks]
-        fallback = _one_by_one(blocks, family.method, family.instead, family.options, family.combine)
+        fallback = _one_by_one(blocks, family)
         try:
             answers = client.batch(calls, fallback=fallback)
         except RpcError as exc:

@@ -60,11 +60,13 @@ class RootsReport:
         return not (self.mismatched or self.stored_before_columns)
 
 
-def _hex(value: bytes | None) -> str | None:
+def as_data(value: bytes | None) -> str | None:
+    """A stored bytea as a node sends it: 0x and hex digits (None for NULL)."""
     return None if value is None else "0x" + value.hex()
 
 
-def _q(value: Any) -> str | None:
+def as_quantity(value: Any) -> str | None:
+    """A stored number as a node sends it: a hex quantity (None for NULL)."""
     return None if value is None else hex(int(value))
 
 
@@ -75,25 +77,25 @@ def _transaction(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
      receipt_extra) = row
     tx = {
         **(extra or {}),
-        "hash": _hex(tx_hash), "from": _hex(sender), "to": _hex(to), "type": _q(kind), "nonce": _q(nonce),
-        "gas": _q(gas), "value": _q(value), "input": _hex(data), "r": _q(r), "s": _q(s), "v": _q(v),
-        "yParity": _q(y_parity), "chainId": _q(chain_id), "gasPrice": _q(gas_price),
-        "maxPriorityFeePerGas": _q(tip), "maxFeePerGas": _q(fee_cap), "accessList": access_list,
-        "maxFeePerBlobGas": _q(blob_fee_cap),
-        "blobVersionedHashes": None if blob_hashes is None else [_hex(h) for h in blob_hashes],
+        "hash": as_data(tx_hash), "from": as_data(sender), "to": as_data(to), "type": as_quantity(kind), "nonce": as_quantity(nonce),
+        "gas": as_quantity(gas), "value": as_quantity(value), "input": as_data(data), "r": as_quantity(r), "s": as_quantity(s), "v": as_quantity(v),
+        "yParity": as_quantity(y_parity), "chainId": as_quantity(chain_id), "gasPrice": as_quantity(gas_price),
+        "maxPriorityFeePerGas": as_quantity(tip), "maxFeePerGas": as_quantity(fee_cap), "accessList": access_list,
+        "maxFeePerBlobGas": as_quantity(blob_fee_cap),
+        "blobVersionedHashes": None if blob_hashes is None else [as_data(h) for h in blob_hashes],
         "authorizationList": authorizations,
     }
     receipt = {
         **(receipt_extra or {}),
-        "transactionHash": _hex(tx_hash), "type": _q(kind), "status": _q(status), "root": _hex(root),
-        "cumulativeGasUsed": _q(cumulative), "logsBloom": _hex(bloom), "logs": [],
+        "transactionHash": as_data(tx_hash), "type": as_quantity(kind), "status": as_quantity(status), "root": as_data(root),
+        "cumulativeGasUsed": as_quantity(cumulative), "logsBloom": as_data(bloom), "logs": [],
     }
     return {k: v for k, v in tx.items() if v is not None}, {k: v for k, v in receipt.items() if v is not None}
 
 
 def _log(row: tuple) -> dict[str, Any]:
     _, _, address, *topics, data = row
-    return {"address": _hex(address), "topics": [_hex(t) for t in topics if t is not None], "data": _hex(data)}
+    return {"address": as_data(address), "topics": [as_data(t) for t in topics if t is not None], "data": as_data(data)}
 
 
 def _windows(start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -128,16 +130,16 @@ def _check_window(conn: psycopg.Connection, lo: int, hi: int, chain_id: int | No
             block_receipts[row[1]]["logs"].append(_log(row))
     withdrawals: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for number, index, validator, address, amount in conn.execute(WITHDRAWALS, params):
-        withdrawals[number].append({"index": _q(index), "validatorIndex": _q(validator),
-                                    "address": _hex(address), "amount": _q(amount)})
+        withdrawals[number].append({"index": as_quantity(index), "validatorIndex": as_quantity(validator),
+                                    "address": as_data(address), "amount": as_quantity(amount)})
     for number, tx_root, receipt_root, withdrawal_root, before_columns in headers:
         if before_columns:
             report.stored_before_columns.append(number)
             continue
         block = {"number": hex(number), "transactions": txs.get(number, []),
-                 "transactionsRoot": _hex(tx_root), "receiptsRoot": _hex(receipt_root)}
+                 "transactionsRoot": as_data(tx_root), "receiptsRoot": as_data(receipt_root)}
         if withdrawal_root is not None:
-            block["withdrawalsRoot"] = _hex(withdrawal_root)
+            block["withdrawalsRoot"] = as_data(withdrawal_root)
             block["withdrawals"] = withdrawals.get(number, [])
         try:
             reason = roots.check_block(block, receipts.get(number, []), chain_id=chain_id)
