@@ -59,6 +59,7 @@ from psycopg.conninfo import make_conninfo
 from indexer import db, follow
 from indexer.settings import Settings
 from indexer.testing.anvil import EMITTER_INIT, Anvil, Node
+from indexer.testing.cluster import postgres_at
 from indexer.testing.processes import cpu_seconds, descendants
 from indexer.testing.work import INDEXER, Work
 
@@ -562,19 +563,12 @@ def main() -> None:
     if min(block_times) <= 0 or min(depths) < 1 or args.duration <= 0 or args.idle <= 0 or args.catch_up < 1:
         ap.error("block times, durations and block counts must be positive")
 
-    own_postgres = None
-    admin_url = args.database_url
-    if not admin_url:
-        from indexer.testing.cluster import OwnPostgres
-
-        own_postgres = OwnPostgres()
-        admin_url = own_postgres.url
     lags: list[LagRun] = []
     reorgs: list[ReorgRun] = []
     rolled_back = 0
     catch_ups: list[CatchUp] = []
     idle = None
-    try:
+    with postgres_at(args.database_url) as admin_url:
         if "lag" in parts:
             for ws in ((False, True) if args.ws else (False,)):
                 for block_time in block_times:
@@ -585,9 +579,6 @@ def main() -> None:
             catch_ups = catch_up_runs(admin_url, args.catch_up, args.catch_up_repeat, args.workers)
         if "idle" in parts:
             idle = idle_run(admin_url, args.idle, args.workers)
-    finally:
-        if own_postgres is not None:
-            own_postgres.stop()
 
     print(f"{args.workers} workers; INDEXER_HEAD_POLL_SECONDS={POLL:g}, INDEXER_CONFIRMATIONS=0, the other settings"
           " at their defaults.\n")

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +57,7 @@ from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 from indexer.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil, build_dense
+from indexer.testing.cluster import postgres_at
 
 RECORDED = "mainnet-18000000"
 
@@ -248,14 +250,7 @@ def main() -> None:
         child_main(args)
         return
 
-    own_postgres = None
-    database_url = args.database_url
-    if not database_url and not args.no_write:
-        from indexer.testing.cluster import OwnPostgres
-
-        own_postgres = OwnPostgres()
-        database_url = own_postgres.url
-    try:
+    with nullcontext(None) if args.no_write else postgres_at(args.database_url) as database_url:
         with Anvil("--no-mining") as node:
             t = time.perf_counter()
             build_dense(node, args.blocks, args.txs)
@@ -268,9 +263,6 @@ def main() -> None:
             other = {"dense": worker_ms(node.url, first, head, database_url, args.repeat)}
         recorded = fixtures.load(RECORDED)
         other["recorded"] = recorded_worker_ms(database_url, args.repeat)
-    finally:
-        if own_postgres is not None:
-            own_postgres.stop()
     cases = {"recorded": [(recorded["block"], recorded["receipts"])], "dense": dense}
     dense_path = Path(f"/tmp/bench_roots_{os.getpid()}.json")
     dense_path.write_bytes(orjson.dumps(dense))

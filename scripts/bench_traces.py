@@ -46,6 +46,7 @@ from bench_backfill import INDEXER, LAST_RANGE_INDEXED, Cores, drain, drop_datab
 from bench_growth import WORKERS, DatabaseCpu  # noqa: E402
 
 from indexer.testing.anvil import Anvil, build_dense  # noqa: E402
+from indexer.testing.cluster import postgres_at  # noqa: E402
 from indexer.testing.mainnet_node import NodeProcess  # noqa: E402
 
 STORED = "SELECT count(*), coalesce(sum(transaction_count), 0) FROM blocks"
@@ -206,15 +207,8 @@ def main() -> None:
         ap.error("--mainnet and --dense must be 0 or more, and not both 0")
     if args.workers < 1 or args.chunk < 1 or args.repeat < 1 or args.dense_txs < 1:
         ap.error("--workers, --chunk, --repeat and --dense-txs must be at least 1")
-    own_postgres = None
-    admin_url = args.database_url
-    if not admin_url:
-        from indexer.testing.cluster import OwnPostgres
-
-        own_postgres = OwnPostgres()
-        admin_url = own_postgres.url
     runs: list[Run] = []
-    try:
+    with postgres_at(args.database_url) as admin_url:
         if args.mainnet:
             t = time.perf_counter()
             with NodeProcess(args.first, args.mainnet, traces=True) as node:
@@ -227,9 +221,6 @@ def main() -> None:
                 build_dense(node, args.dense - 1, args.dense_txs)
                 log(f"dense chain: {node.head() + 1:,} blocks built in {time.perf_counter() - t:.0f} s")
                 runs += runs_on("dense", node.url, node.proc.pid, 0, node.head(), args, admin_url)
-    finally:
-        if own_postgres is not None:
-            own_postgres.stop()
     if args.mainnet:
         print(f"Mainnet-shaped blocks from {args.first:,} (the node's call trees: indexer/testing/mainnet_node.py); "
               f"anvil's dense chain of {args.dense_txs} transactions a block.\n")

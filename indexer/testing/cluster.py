@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 # The source checkout (the package is installed editable by scripts/setup-venv): scripts/ is there.
 REPO = Path(__file__).resolve().parents[2]
@@ -34,3 +36,17 @@ class OwnPostgres:
 
     def stop(self) -> None:
         subprocess.run([str(REPO / "scripts" / "pg-stop"), self.bin, self.data], check=False)
+
+
+@contextmanager
+def postgres_at(url: str | None) -> Iterator[str]:
+    """`url` when one is given (a benchmark's --database-url), otherwise the URL of a PostgreSQL of
+    this run's own, stopped on the way out."""
+    if url:
+        yield url
+        return
+    own = OwnPostgres()
+    try:
+        yield own.url
+    finally:
+        own.stop()
