@@ -244,3 +244,11 @@ def test_bench_peers_runs_the_peers_beside_the_indexer_on_both_chains():
     for chain in ("dense", "sparse"):  # the cores of each run that ran
         assert len(table_rows(out, f"{chain} | ")) == 6 - missing[chain], out
     assert not left_behind(out.pid)
+
+
+def test_bench_parse_fetches_every_block_with_each_parser():
+    out = subprocess.run([sys.executable, "scripts/bench_parse.py", "--blocks", "40", "--batch", "10", "--rounds", "1"],
+                         cwd=REPO, text=True, capture_output=True, timeout=300, check=True).stdout
+    assert {r[0] for r in table_rows(out, "msgspec") + table_rows(out, "orjson")} == {"msgspec", "orjson"}, out
+    assert all(float(r[1]) > 0 for r in table_rows(out, "msgspec") + table_rows(out, "orjson")), out
+    assert "40 mainnet-shaped blocks" in out

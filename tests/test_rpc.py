@@ -557,9 +557,10 @@ def test_what_a_gateway_echoes_of_the_url_is_scrubbed_before_it_is_cut(chain_nod
     assert not any(key[i:i + 6] in message for i in range(len(key) - 5)), message
 
 
-def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_orjson_stops_at_half_its_depth():
+def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_msgspec_stops_at_half_its_depth():
     """A transaction whose calls go 1,024 deep (the call-depth attacks of 2016 did) comes from the
-    call tracer as a JSON tree of more than 2,048 levels; orjson refuses past 1,024. The client
+    call tracer as a JSON tree of more than 2,048 levels; msgspec refuses past the interpreter's
+    recursion limit (1,000 by default). The client
     reads it with the standard library instead, in a fetch thread as the workers do; an answer
     deeper than any trace is still refused as not JSON."""
     from indexer import traces
@@ -581,3 +582,22 @@ def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_orjson_stops_at_ha
         # limit is the process's), no answer to the call: refused either way.
         with pytest.raises(RpcError, match="answer is not JSON|answer lacks all 1 results"):
             client.batch([("debug_traceBlockByHash", ("deeper",))])
+
+
+def test_an_integer_past_64_bits_in_an_answer_is_read_exactly():
+    """A node may put a JSON number where a hex string belongs (anvil's receipt blockTimestamp is
+    one) or in a key of its own, which is stored in `extra`: past 64 bits it must stay the same
+    integer, not become the nearest float (as orjson reads it)."""
+    from indexer import rows
+    from indexer.testing.loopback import LoopbackServer, send
+
+    big = 2**255 + 12345
+    answer = ('[{"jsonrpc":"2.0","id":0,"result":{"hash":"0x' + "11" * 32 + f'","l2Extra":{big}}}}}]').encode()
+
+    def handle(request, body):
+        send(request, 200, answer)
+
+    with LoopbackServer(handle) as node:
+        (result,) = RpcClient([node.url], max_attempts=1).batch([("eth_getBlockByNumber", ("0x1", True))])
+    assert result["l2Extra"] == big and type(result["l2Extra"]) is int
+    assert rows._extra(result, frozenset({"hash"})) == '{"l2Extra":' + str(big) + "}"
