@@ -14,7 +14,7 @@ from typing import Callable, NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import abi, db, metrics, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from . import abi, db, exporter, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .abi_names import short
 from .block_range import MAX_END
 from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
@@ -317,7 +317,7 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
         pass
     stop = threading.Event()
     signals.on_stop(stop.set)
-    metrics.serve_database_gauges(cfg.database_url, host=cfg.metrics_host, port=cfg.metrics_port,
+    exporter.serve_database_gauges(cfg.database_url, host=cfg.metrics_host, port=cfg.metrics_port,
                                   interval=cfg.db_metrics_seconds, stop=stop)
     return 0
 

@@ -1,4 +1,4 @@
-"""What /livez and /readyz (served beside /metrics, `metrics.listen`) answer: is the process's
+"""What /livez and /readyz (served beside /metrics, `exporter.listen`) answer: is the process's
 loop alive, and does what it needs answer.
 
 - /livez: 200 while the process's own loop has run lately (`Liveness`), 503 otherwise: a

@@ -33,7 +33,7 @@ import time
 
 import psycopg
 
-from . import chain, db, follow, health, metrics, queue, reaper, signals, store, worker
+from . import chain, db, exporter, follow, health, metrics, queue, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -182,7 +182,7 @@ class Pool:
         self.waiting_for_chain = False  # a draining worker stopped at the safe head
         self.stopping = False
         self.gave_up: str | None = None  # why the pool stopped without being asked to
-        self.metrics_server: metrics.MetricsServer | None = None
+        self.metrics_server: exporter.MetricsServer | None = None
         self.liveness = health.Liveness(LIVE_WITHIN_SECONDS)
         self.dependencies = health.Dependencies(cfg.database_url, cfg.rpc_urls, every=cfg.health_seconds,
                                                 rpc_batch=cfg.rpc_batch)
@@ -225,9 +225,9 @@ class Pool:
             log.info("INDEXER_WS_URL is read by `indexer work --follow` only: this pool does not follow")
         database = None
         if self.cfg.db_metrics:
-            database = metrics.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
+            database = exporter.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
-            self.metrics_server = metrics.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database,
+            self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database,
                                                  multiprocess=True, live=self.liveness.problems, ready=self._ready)
         for slot in range(self.cfg.workers):
             self._fork(slot)
