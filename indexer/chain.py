@@ -12,12 +12,19 @@ ChainDataError) naming the endpoint and what it sent.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
-from . import roots
+from . import metrics, roots
 from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re-exported)
-from .rpc import Fallback, RpcClient
+from .rpc import ERROR, UNSUPPORTED, Fallback, RpcClient, RpcError
+
+log = logging.getLogger(__name__)
+
+# Answers that disagree with each other (a reorg under the fetch, a node behind a load balancer
+# answering from two heights) are asked again this many times before the job is given back (blocks and traces alike).
+CHAIN_DATA_ATTEMPTS = 3
 
 _QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}")
 
@@ -159,3 +166,33 @@ def safe_head(client: RpcClient, *, confirmations: int, tag: str | None) -> int:
         if tagged is not None:
             return tagged
     return head(client) - confirmations
+
+
+class SafeHead:
+    """The highest block that may be indexed, asked of the node only when a job reaches past the
+    one known already: a job inside it starts without a round trip to a busy node."""
+
+    def __init__(self, client: RpcClient, *, confirmations: int, tag: str | None) -> None:
+        self.client = client
+        self.confirmations = confirmations
+        self.tag = tag  # the node's tag read ("finalized", "safe"), or None: head - confirmations
+        self.known: int | None = None  # it only grows
+
+    def at_least(self, wanted: int) -> int:
+        """The safe head; asks the node unless the one known is at `wanted` or above."""
+        if self.known is not None and self.known >= wanted:
+            return self.known
+        try:
+            safe = safe_head(self.client, confirmations=self.confirmations, tag=self.tag)
+        except RpcError as exc:
+            # Only a node that answers the question with an error ("finalized block not found"
+            # before the merge, an unknown tag) cannot report one; a node that is down, rate
+            # limited or talking nonsense is no reason to stop using it for good.
+            if self.tag is None or exc.kind not in (ERROR, UNSUPPORTED):
+                raise
+            log.warning("the node cannot report a %s block; using head - %d", self.tag, self.confirmations)
+            self.tag = None
+            safe = safe_head(self.client, confirmations=self.confirmations, tag=None)
+        metrics.counted.safe_head.set(safe)
+        self.known = safe
+        return safe

@@ -26,7 +26,7 @@ from .queue import Claim
 from .states import Outcome
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .job_context import JobContext
 
 # Stored logs per transaction: a window of a dense chain is a few seconds of work, well inside
 # a lease, and its rows are few enough to roll back cheaply.
@@ -48,20 +48,20 @@ def window_end(conn: psycopg.Connection, first: int, last: int, logs: int = WIND
     return conn.execute(WINDOW_END, {"first": first, "last": last, "logs": logs}).fetchone()[0]
 
 
-def run(worker: Worker, job: Claim) -> Ended:
+def run(ctx: JobContext, job: Claim) -> Ended:
     blocks = BlockRange.from_payload(job.payload)
     if blocks is None:
         raise Unrunnable(f"malformed job: kind {job.kind!r}, payload {job.payload!r}")
-    conn = worker.conn
+    conn = ctx.conn
     cursor = max(blocks.first, job.cursor or blocks.first)
     while cursor <= blocks.last:
-        if worker.stop.is_set():
+        if ctx.stop.is_set():
             raise Stopping()
         with metrics.counted.decode_seconds.time(), conn.transaction():
             last = window_end(conn, cursor, blocks.last)
             transfers = token_transfers.decode_range(conn, cursor, last)
             skipped = transfers.skipped + abi.decode_range(conn, cursor, last)
-            if not queue.heartbeat(conn, job, lease_seconds=worker.cfg.lease_seconds, cursor=last + 1):
+            if not queue.heartbeat(conn, job, lease_seconds=ctx.cfg.lease_seconds, cursor=last + 1):
                 raise LostClaim()
         metrics.counted.blocks_decoded.inc(last - cursor + 1)
         metrics.counted.logs_decoded.inc(transfers.logs)
@@ -70,4 +70,4 @@ def run(worker: Worker, job: Claim) -> Ended:
             metrics.counted.logs_skipped.labels(reason).inc(count)
         cursor = last + 1
 
-    return worker.complete_and_claim(job, Ended(Outcome.DONE, f"decoded blocks {blocks.first}..{blocks.last}"))
+    return ctx.complete_and_claim(job, Ended(Outcome.DONE, f"decoded blocks {blocks.first}..{blocks.last}"))

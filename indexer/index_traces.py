@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 
 from . import metrics, queue, traces
 from .block_range import BlockRange
-from .index_blocks import CHAIN_DATA_ATTEMPTS
+from .chain import CHAIN_DATA_ATTEMPTS
 from .claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable
 from .queue import Claim
 from .rows import ChainDataError
@@ -42,7 +42,7 @@ from .stored_roots import as_data, as_quantity
 from .states import Outcome
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .job_context import JobContext
 
 T = TypeVar("T")
 
@@ -250,7 +250,7 @@ def write(conn: psycopg.Connection, first: int, last: int, blocks: list[StoredBl
     return written
 
 
-def _keeping_alive(worker: Worker, work: Callable[[], T]) -> T:
+def _keeping_alive(ctx: JobContext, work: Callable[[], T]) -> T:
     """`work()` in a thread while this one extends the leases held, as a batch's fetch does
     (`Worker.keep_alive`): a node slow to trace a window must not let the reaper take the job."""
     outcome: dict[str, Any] = {}
@@ -263,31 +263,31 @@ def _keeping_alive(worker: Worker, work: Callable[[], T]) -> T:
 
     thread = threading.Thread(target=target, name="traces fetch", daemon=True)
     thread.start()
-    while thread.join(timeout=worker.cfg.lease_seconds / 3) or thread.is_alive():
-        worker.keep_alive()
+    while thread.join(timeout=ctx.cfg.lease_seconds / 3) or thread.is_alive():
+        ctx.keep_alive()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
 
 
-def run(worker: Worker, job: Claim) -> Ended:
+def run(ctx: JobContext, job: Claim) -> Ended:
     blocks = BlockRange.from_payload(job.payload)
     if blocks is None:
         raise Unrunnable(f"malformed job: kind {job.kind!r}, payload {job.payload!r}")
-    conn, cfg = worker.conn, worker.cfg
+    conn, cfg = ctx.conn, ctx.cfg
     cursor = max(blocks.first, job.cursor or blocks.first)
     while cursor <= blocks.last:
-        if worker.stop.is_set():
+        if ctx.stop.is_set():
             raise Stopping()
         last = conn.execute(WINDOW_END, {"first": cursor, "last": min(blocks.last, cursor + cfg.batch_size - 1),
                                          "transactions": cfg.trace_batch_transactions}).fetchone()[0]
         stored = stored_blocks(conn, cursor, last)
         missing = next((n for n, b in enumerate(stored, cursor) if b.number != n), cursor + len(stored))
         if missing == cursor:
-            return _wait_for_blocks(worker, job, cursor)
+            return _wait_for_blocks(ctx, job, cursor)
         if missing <= last:  # the stored part first; the job stops at the gap on the next turn
             last, stored = missing - 1, stored[:missing - cursor]
-        found = _keeping_alive(worker, lambda: fetch_checked(worker.client, stored))
+        found = _keeping_alive(ctx, lambda: fetch_checked(ctx.client, stored))
         with metrics.counted.trace_write_seconds.time(), conn.transaction():
             if not still_stored(conn, stored):
                 continue  # a repair or a rollback replaced some of them meanwhile: read them again
@@ -296,18 +296,18 @@ def run(worker: Worker, job: Claim) -> Ended:
                 raise LostClaim()
         metrics.counted.blocks_traced.inc(last - cursor + 1)
         metrics.counted.traces.inc(written)
-        worker.endpoint_rates.maybe_record(conn)
+        ctx.endpoint_rates.maybe_record(conn)
         cursor = last + 1
-    return worker.complete_and_claim(job, Ended(Outcome.DONE, f"traced blocks {blocks.first}..{blocks.last}"))
+    return ctx.complete_and_claim(job, Ended(Outcome.DONE, f"traced blocks {blocks.first}..{blocks.last}"))
 
 
-def _wait_for_blocks(worker: Worker, job: Claim, block: int) -> Ended:
+def _wait_for_blocks(ctx: JobContext, job: Claim, block: int) -> Ended:
     """The job's next block is not stored: it waits while a job will store it, and is given
     back otherwise."""
-    if not worker.conn.execute(BLOCK_COMING, {"block": block}).fetchone()[0]:
+    if not ctx.conn.execute(BLOCK_COMING, {"block": block}).fetchone()[0]:
         raise Unready(f"block {block} is not stored, and no index_blocks job will store it: its traces are checked"
                       f" against the stored transactions, so index it first (indexer plan --from {block} --to"
                       f" {block + 1}, or indexer verify --repair over its range)")
-    if not queue.defer(worker.conn, job, delay_seconds=worker.cfg.defer_seconds):
+    if not queue.defer(ctx.conn, job, delay_seconds=ctx.cfg.defer_seconds):
         return LOST
     return Ended(Outcome.DEFERRED, f"block {block} is not stored yet; an index_blocks job will store it")

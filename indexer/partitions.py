@@ -39,7 +39,7 @@ from .settings import DEFAULT_PARTITION_BLOCKS
 from .states import Outcome
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .job_context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -134,37 +134,37 @@ def partitions(conn: psycopg.Connection) -> list[Partition]:
     return [Partition(*row) for row in conn.execute(PARTITIONS)]
 
 
-def run(worker: Worker, job: Claim) -> Ended:
+def run(ctx: JobContext, job: Claim) -> Ended:
     """Builds the query indexes of one partition, CONCURRENTLY, each on a session of its own while
     this one heartbeats; drops first what an interrupted build left (an invalid index). Then marks
     the partition indexed and completes the job."""
     blocks = BlockRange.from_payload(job.payload)
     if blocks is None:
         raise Unrunnable(f"malformed job: kind {job.kind!r}, payload {job.payload!r}")
-    conn = worker.conn
+    conn = ctx.conn
     built = 0
     for name, create, drop, valid in conn.execute(QUERY_INDEXES, {"first": blocks.first}).fetchall():
         if valid:
             continue
         with metrics.counted.index_build_seconds.time():
             if valid is False:
-                _heartbeating(worker, job, drop)
-            _heartbeating(worker, job, create)
+                _heartbeating(ctx, job, drop)
+            _heartbeating(ctx, job, create)
         log.info("built index %s", name)
         built += 1
     conn.execute(MARK_INDEXED, {"first": blocks.first})
     metrics.counted.partitions_indexed.inc()
-    return worker.complete_and_claim(
+    return ctx.complete_and_claim(
         job, Ended(Outcome.DONE, f"built {built} index(es) of the partition of blocks {blocks.first}..{blocks.last}"))
 
 
-def _heartbeating(worker: Worker, job: Claim, statement: str) -> None:
+def _heartbeating(ctx: JobContext, job: Claim, statement: str) -> None:
     """Runs `statement` on a session of its own (a worker's sessions time statements out, and an
     index of a full partition takes minutes) while the worker's session extends the lease; a
     lost claim or a stop request cancels it. A cancelled CONCURRENTLY build leaves an invalid
     index, which the next run drops."""
     errors: list[BaseException] = []
-    with db.connect(worker.cfg.database_url, application_name=f"indexer index builder {worker.name}") as ddl:
+    with db.connect(ctx.cfg.database_url, application_name=f"indexer index builder {ctx.name}") as ddl:
         def build() -> None:
             try:
                 ddl.execute(statement)
@@ -173,14 +173,14 @@ def _heartbeating(worker: Worker, job: Claim, statement: str) -> None:
 
         thread = threading.Thread(target=build, name="index-build", daemon=True)
         thread.start()
-        beat = max(1.0, worker.cfg.lease_seconds / 4)
+        beat = max(1.0, ctx.cfg.lease_seconds / 4)
         while True:
             thread.join(beat)
             if not thread.is_alive():
                 break
-            if worker.stop.is_set() or not queue.heartbeat(worker.conn, job, lease_seconds=worker.cfg.lease_seconds):
+            if ctx.stop.is_set() or not queue.heartbeat(ctx.conn, job, lease_seconds=ctx.cfg.lease_seconds):
                 ddl.cancel_safe()
                 thread.join()
-                raise Stopping() if worker.stop.is_set() else LostClaim()
+                raise Stopping() if ctx.stop.is_set() else LostClaim()
     if errors:
         raise errors[0]

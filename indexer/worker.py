@@ -29,25 +29,23 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import psycopg
 
 from . import db, decode_logs, endpoints, index_blocks, index_traces, logs, metrics, partitions, queue, rollback, signals, store
 from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES
 from .block_range import JOB_KIND as INDEX_BLOCKS
-from .chain import ChainDataError
+from .chain import ChainDataError, SafeHead
 from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unready, Unrunnable
 from .errors import Secrets, first_line, redact
 from .forks import ForkMismatch
+from .job_context import Counting, JobContext
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
 from .rpc import RateLimited, RpcClient, RpcError
 from .settings import Settings
 from .states import JobStatus, Outcome
-
-if TYPE_CHECKING:
-    from .pool import Counters
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +56,9 @@ EXIT_WAITING_FOR_CHAIN = 3
 
 @dataclass(frozen=True)
 class Runner:
-    run: Callable[[Worker, Claim], Ended]  # runs the claim to its end
+    run: Callable[[JobContext, Claim], Ended]  # runs the claim to its end
     # What to fetch of it once it is claimed ahead; None: nothing, it reads the database only.
-    ask_ahead: Callable[[Worker, Claim], Batches] | None = None
+    ask_ahead: Callable[[JobContext, Claim], Batches] | None = None
 
 
 # A job's kind picks what runs it; a kind not here fails at once.
@@ -83,7 +81,7 @@ _LOG_LINES = {
 
 
 class Worker:
-    def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counters | None = None,
+    def __init__(self, cfg: Settings, *, drain: bool = False, counters: Counting | None = None,
                  chain_id: int | None = None, follow: bool = False) -> None:
         self.cfg = cfg
         self.drain = drain
@@ -98,7 +96,7 @@ class Worker:
                                          max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit,
                                          patience=cfg.lease_seconds / 2)
         self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
-        self.safe_head = index_blocks.SafeHead(client, confirmations=cfg.confirmations, tag=cfg.safe_tag)
+        self.safe_head = SafeHead(client, confirmations=cfg.confirmations, tag=cfg.safe_tag)
         self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots, chain_id=chain_id),
                                    in_flight=cfg.rpc_in_flight,
                                    batch_size=cfg.batch_size, batch_transactions=cfg.batch_transactions,
@@ -376,7 +374,7 @@ class Worker:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def main(cfg: Settings, drain: bool, counters: Counters | None, metrics_directory: str | None,
+def main(cfg: Settings, drain: bool, counters: Counting | None, metrics_directory: str | None,
          chain_id: int | None = None, follow: bool = False) -> None:
     """Entry point of a worker process started by the pool."""
     gc.freeze()
