@@ -12,11 +12,11 @@ Two blocks, or kinds of block:
 Measured, all with time.process_time (the CPU time of this process only, so the node's and
 PostgreSQL's do not count), each the median of `--repeat` rounds:
 - tries: ms per block to compute the block's roots (transactions, receipts and, where the
-  header has one, withdrawals) from their encodings, made beforehand: `roots.ordered_trie_root`
+  header has one, withdrawals) from their encodings, made beforehand: `ordered_trie.ordered_trie_root`
   against `trie.HexaryTrie` (pip install trie: not a dependency of the project; skipped without
   it), each inserting rlp(i) -> encoding in a fresh in-memory trie, plain and in one
   `squash_changes()` batch (the faster is shown);
-- check_block: ms per block, with the keccak backend roots.py picks (eth-hash's pysha3 backend
+- check_block: ms per block, with the keccak backend rlp_codec.py picks (eth-hash's pysha3 backend
   when safe-pysha3 is installed) and with eth-hash's default pycryptodome backend (in a child
   process where `import sha3` fails);
 - the rest of a worker's CPU per block, in one process and in order as a worker does it
@@ -51,7 +51,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, partitions, roots, store
+from indexer import chain, db, json_encodings, ordered_trie, partitions, rlp_codec, roots, store
 from indexer.prefetch import batch_blocks
 from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 from indexer.rpc import RpcClient
@@ -86,11 +86,11 @@ def cpu_ms(fn: Callable[[], Any], repeat: int, per: int = 1, min_seconds: float 
 
 def encodings(block: dict[str, Any], receipts: list[dict[str, Any]]) -> list[list[bytes]]:
     """The values of the block's tries, encoded."""
-    txs = [roots.encode_transaction_json(tx) for tx in block["transactions"]]
+    txs = [json_encodings.encode_transaction_json(tx) for tx in block["transactions"]]
     types = [enc[0] if enc[0] < 0x80 else 0 for enc in txs]
-    lists = [txs, [roots.encode_receipt_json(r, types[i])[0] for i, r in enumerate(receipts)]]
+    lists = [txs, [json_encodings.encode_receipt_json(r, types[i])[0] for i, r in enumerate(receipts)]]
     if "withdrawalsRoot" in block:
-        lists.append([roots.encode_withdrawal_json(w) for w in block.get("withdrawals") or ()])
+        lists.append([json_encodings.encode_withdrawal_json(w) for w in block.get("withdrawals") or ()])
     return lists
 
 
@@ -101,10 +101,10 @@ def trie_ms(blocks: list[tuple[dict, list]], repeat: int) -> dict[str, float | s
     values = [encodings(b, r) for b, r in blocks]
     expected = [[bytes.fromhex(b[k][2:]) for k in ("transactionsRoot", "receiptsRoot", "withdrawalsRoot") if k in b]
                 for b, _ in blocks]
-    own = [[roots.ordered_trie_root(v) for v in lists] for lists in values]
+    own = [[ordered_trie.ordered_trie_root(v) for v in lists] for lists in values]
     assert own == expected, "ordered_trie_root disagrees with a header"
     result: dict[str, float | str] = {
-        "own": cpu_ms(lambda: [[roots.ordered_trie_root(v) for v in lists] for lists in values], repeat, len(blocks))}
+        "own": cpu_ms(lambda: [[ordered_trie.ordered_trie_root(v) for v in lists] for lists in values], repeat, len(blocks))}
     try:
         import rlp
         from trie import HexaryTrie
@@ -229,7 +229,7 @@ def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float
 
 def child_main(args: argparse.Namespace) -> None:
     """--keccak-pycryptodome: check_block's figures only, as JSON on stdout."""
-    assert "pycryptodome" in roots.KECCAK_BACKEND, roots.KECCAK_BACKEND
+    assert "pycryptodome" in rlp_codec.KECCAK_BACKEND, rlp_codec.KECCAK_BACKEND
     recorded = fixtures.load(RECORDED)
     dense = orjson.loads(Path(args.dense_json).read_bytes())
     print(json.dumps({"recorded": check_ms([(recorded["block"], recorded["receipts"])], args.repeat),
@@ -256,7 +256,7 @@ def main() -> None:
             build_dense(node, args.blocks, args.txs)
             head = node.head()
             print(f"# dense: {args.blocks} blocks of {args.txs} transactions mined in {time.perf_counter() - t:.0f} s;"
-                  f" keccak: {roots.KECCAK_BACKEND}", file=sys.stderr, flush=True)
+                  f" keccak: {rlp_codec.KECCAK_BACKEND}", file=sys.stderr, flush=True)
             first = 2  # block 1 deploys the contract
             blocks, receipts = chain.fetch_json(RpcClient([node.url], timeout=120, max_attempts=1), first, head)
             dense = [(b, receipts[int(b["number"], 16)]) for b in blocks]
@@ -273,7 +273,7 @@ def main() -> None:
 
     print(f"Ordered-trie roots per block (all of the block's tries, from their encodings; CPU ms, median of "
           f"{args.repeat}):\n")
-    print("| block | transactions | logs | roots.ordered_trie_root | trie.HexaryTrie | HexaryTrie / own |")
+    print("| block | transactions | logs | ordered_trie.ordered_trie_root | trie.HexaryTrie | HexaryTrie / own |")
     print("|---|---:|---:|---:|---:|---:|")
     for kind, blocks_ in cases.items():
         tries = trie_ms(blocks_, args.repeat)
@@ -290,7 +290,7 @@ def main() -> None:
     print("| block | JSON-RPC | decoding | writing | rest in all | check_block, pysha3 | the same, sent blooms "
           "| check_block, pycryptodome |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    fast_backend = "pysha3" in roots.KECCAK_BACKEND
+    fast_backend = "pysha3" in rlp_codec.KECCAK_BACKEND
     for kind, blocks_ in cases.items():
         o = other[kind]
         rest = o["rpc"] + o["decode"] + o["write"]

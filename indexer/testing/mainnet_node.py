@@ -102,7 +102,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from .. import roots
+from .. import json_encodings, ordered_trie, rlp_codec
 from . import fixtures
 from .loopback import LoopbackServer
 
@@ -112,7 +112,7 @@ MERGE_TIMESTAMP = 1_663_224_179  # block 15,537,394
 GENESIS_TIMESTAMP = 1_438_269_973  # block 0
 SPURIOUS_DRAGON = 2_675_000  # EIP-155 signatures from here
 WITHDRAWALS_PER_BLOCK = 16
-TRANSFER_TOPIC = "0x" + roots.keccak(b"Transfer(address,address,uint256)").hex()
+TRANSFER_TOPIC = "0x" + rlp_codec.keccak(b"Transfer(address,address,uint256)").hex()
 EMPTY_UNCLES = "0x1dcc4de8dec75d7aab85b567b6ccd41ad312451b948a7413f0a142fd40d49347"
 
 # A transaction's shape: (kind, to is None, calldata bytes, [(topics, data bytes) per log], failed).
@@ -177,7 +177,7 @@ def block_hash(number: int) -> str:
     """Not the header's hash: keccak of the height, the height in its last 8 bytes."""
     if number < 0:
         return "0x" + "00" * 32
-    return "0x" + (roots.keccak(b"mainnet-node block" + number.to_bytes(8, "big"))[:24]
+    return "0x" + (rlp_codec.keccak(b"mainnet-node block" + number.to_bytes(8, "big"))[:24]
                    + number.to_bytes(8, "big")).hex()
 
 
@@ -351,14 +351,14 @@ def _block_hashes(template: Template, number: int) -> tuple[bytes, bytes, bytes]
     hashes, each as 0x-prefixed hex, the hashes joined (66 bytes each)."""
     r8 = number.to_bytes(8, "big")
     encodings = [before + r8 + after for before, after in template.splices]
-    hashes = b"".join([b"0x" + roots.keccak(e).hex().encode() for e in encodings])
+    hashes = b"".join([b"0x" + rlp_codec.keccak(e).hex().encode() for e in encodings])
     withdrawals_root = b""
     if template.withdrawals:
         first_index = WITHDRAWALS_PER_BLOCK * (number - 17_034_870)
-        withdrawals_root = b"0x" + roots.ordered_trie_root([
-            roots.rlp_list(roots.rlp_int(first_index + k) + rest)
+        withdrawals_root = b"0x" + ordered_trie.ordered_trie_root([
+            rlp_codec.rlp_list(rlp_codec.rlp_int(first_index + k) + rest)
             for k, rest in enumerate(template.withdrawals)]).hex().encode()
-    return b"0x" + roots.ordered_trie_root(encodings).hex().encode(), withdrawals_root, hashes
+    return b"0x" + ordered_trie.ordered_trie_root(encodings).hex().encode(), withdrawals_root, hashes
 
 
 # Blocks a forked process computes at a time (`precompute`).
@@ -459,7 +459,7 @@ class Template:
                         "chainId": hex(CHAIN_ID), "address": "0x" + rng.randbytes(20).hex(),
                         "nonce": hex(rng.randrange(100)), "yParity": hex(rng.randrange(2)),
                         "r": hex(rng.randrange(1, 2**255)), "s": hex(rng.randrange(1, 2**255))}]
-            encoded = roots.encode_transaction_json(tx)
+            encoded = json_encodings.encode_transaction_json(tx)
             at = encoded.index(sentinel)
             assert encoded.count(sentinel) == 1
             self.splices.append((encoded[:at], encoded[at + 8:]))
@@ -495,7 +495,7 @@ class Template:
         bloom = 0
         self.receipt_encodings = []
         for tx, receipt in zip(txs, receipts):
-            encoded, receipt_bloom = roots.encode_receipt_json(receipt, int(tx["type"], 16))
+            encoded, receipt_bloom = json_encodings.encode_receipt_json(receipt, int(tx["type"], 16))
             self.receipt_encodings.append(encoded)
             receipt["logsBloom"] = "0x" + receipt_bloom.hex()
             bloom |= int.from_bytes(receipt_bloom, "big")
@@ -511,7 +511,7 @@ class Template:
             "miner": "0x" + rng.randbytes(20).hex(), "mixHash": "0x" + rng.randbytes(32).hex(),
             "nonce": "0x0000000000000000" if era.start >= MERGE else "0x" + rng.randbytes(8).hex(),
             "number": "{{bn}}", "parentHash": "{{ph}}",
-            "receiptsRoot": "0x" + roots.ordered_trie_root(self.receipt_encodings).hex(),
+            "receiptsRoot": "0x" + ordered_trie.ordered_trie_root(self.receipt_encodings).hex(),
             "sha3Uncles": EMPTY_UNCLES, "size": hex(0), "stateRoot": "{{sr}}", "timestamp": "{{ts}}",
             "transactionsRoot": "{{tr}}", "uncles": [],
         }
@@ -524,15 +524,15 @@ class Template:
                 w = {"address": "0x" + rng.randbytes(20).hex(), "amount": hex(rng.randrange(10**6, 10**8)),
                      "index": f"{{{{w{k}}}}}", "validatorIndex": hex(rng.randrange(1, 1_500_000))}
                 withdrawals.append(w)
-                self.withdrawals.append(roots.rlp_int(int(w["validatorIndex"], 16)) + roots.rlp_string(
-                    bytes.fromhex(w["address"][2:])) + roots.rlp_int(int(w["amount"], 16)))
+                self.withdrawals.append(rlp_codec.rlp_int(int(w["validatorIndex"], 16)) + rlp_codec.rlp_string(
+                    bytes.fromhex(w["address"][2:])) + rlp_codec.rlp_int(int(w["amount"], 16)))
             header |= {"withdrawals": withdrawals, "withdrawalsRoot": "{{wr}}"}
         if era.start >= 19_426_587:
             blob_gas = sum(int(r.get("blobGasUsed", "0x0"), 16) for r in receipts)
             header |= {"blobGasUsed": hex(blob_gas), "excessBlobGas": hex(rng.randrange(0, 10**7)),
                        "parentBeaconBlockRoot": "0x" + rng.randbytes(32).hex()}
         if era.start >= 22_431_084:
-            header["requestsHash"] = "0x" + roots.keccak(b"").hex()
+            header["requestsHash"] = "0x" + rlp_codec.keccak(b"").hex()
         # The size field: the JSON's, a stand-in for the RLP's (about the same order).
         header["size"] = hex(len(orjson.dumps(header | {"transactions": txs})) // 2)
         self.full = _split(header | {"transactions": txs})
@@ -699,7 +699,7 @@ class MainnetNode:
         values = {
             b"bh": block_hash(number).encode(), b"ph": block_hash(number - 1).encode(), b"bn": hex(number).encode(),
             b"ts": hex(timestamp_of(number)).encode(),
-            b"sr": ("0x" + roots.keccak(b"mainnet-node state" + r8).hex()).encode(),
+            b"sr": ("0x" + rlp_codec.keccak(b"mainnet-node state" + r8).hex()).encode(),
             b"tr": transactions_root, b"r8": r8.hex().encode(), b"wr": withdrawals_root,
         }
         for i in range(len(hashes) // 66):

@@ -3,8 +3,9 @@ every root recomputed equals the header's, every encoding equals what the `rlp` 
 the same fields, and one hex digit changed anywhere that a root commits to is a RootMismatch
 naming that root. No database, no node, no network.
 
-The reference encodings and the reference trie here are independent of roots.py: `rlp.encode`
-of the fields read from the JSON, and a naive Merkle-Patricia trie over nibble lists.
+The reference encodings and the reference trie here are independent of the project's own (roots.py
+and the modules under it): `rlp.encode` of the fields read from the JSON, and a naive
+Merkle-Patricia trie over nibble lists.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Callable
 import pytest
 import rlp
 
-from indexer import roots
+from indexer import encodings, json_encodings, ordered_trie, rlp_codec
 from indexer.chain import ChainDataError
 from indexer.roots import RootMismatch, check_block
 from indexer.testing import fixtures
@@ -44,7 +45,7 @@ def number(block: dict[str, Any]) -> int:
 
 # --- independent references ------------------------------------------------------------------------
 
-keccak = roots.keccak
+keccak = rlp_codec.keccak
 
 
 def hb(x: str | None) -> bytes:
@@ -149,7 +150,7 @@ def ref_trie_root(values: list[bytes]) -> bytes:
 
 
 def tx_types(block: dict[str, Any]) -> list[int]:
-    return [roots.transaction_type(t) for t in block["transactions"]]
+    return [encodings.transaction_type(t) for t in block["transactions"]]
 
 
 def receipt_type(types: list[int], i: int) -> int:
@@ -183,7 +184,7 @@ def test_the_recorded_blocks_cover_the_eras() -> None:
         pre_byzantium += sum(1 for r in receipts if r.get("root"))
         withdrawals += len(block.get("withdrawals") or ())
         creation += sum(1 for t in block["transactions"] if t.get("to") is None)
-        pre_eip155 += sum(1 for t in block["transactions"] if roots.transaction_type(t) == 0 and q(t["v"]) in (27, 28))
+        pre_eip155 += sum(1 for t in block["transactions"] if encodings.transaction_type(t) == 0 and q(t["v"]) in (27, 28))
     assert {0, 1, 2, 3, 4, 0x6A, 0x7E} <= seen_types
     assert pre_byzantium and withdrawals and creation and pre_eip155
     assert "mainnet-18000000" in NAMES and "arbitrum-sepolia-185232421" in NAMES
@@ -200,41 +201,41 @@ def test_roots_recomputed_equal_the_headers(name: str) -> None:
     if not expected_proven(name):
         pytest.skip(f"{name} is not proven")
     types = tx_types(block)
-    fast = [roots.encode_transaction_json(t) for t in block["transactions"]]
-    plain = [roots.encode_transaction(roots.transaction_from_json(t)) for t in block["transactions"]]
+    fast = [json_encodings.encode_transaction_json(t) for t in block["transactions"]]
+    plain = [encodings.encode_transaction(encodings.transaction_from_json(t)) for t in block["transactions"]]
     reference = [ref_tx(t) for t in block["transactions"]]
     assert fast == plain == reference
     for t, enc in zip(block["transactions"], fast):
         assert "0x" + keccak(enc).hex() == t["hash"]
     header = {k: bytes.fromhex(block[k][2:])
               for k in ("transactionsRoot", "receiptsRoot", "withdrawalsRoot") if k in block}
-    assert roots.ordered_trie_root(fast) == ref_trie_root(reference) == header["transactionsRoot"]
+    assert ordered_trie.ordered_trie_root(fast) == ref_trie_root(reference) == header["transactionsRoot"]
 
-    fast_r = [roots.encode_receipt_json(r, receipt_type(types, i))[0] for i, r in enumerate(receipts)]
-    sent_r = [roots.encode_receipt_json(r, receipt_type(types, i), recompute_bloom=False)[0]
+    fast_r = [json_encodings.encode_receipt_json(r, receipt_type(types, i))[0] for i, r in enumerate(receipts)]
+    sent_r = [json_encodings.encode_receipt_json(r, receipt_type(types, i), recompute_bloom=False)[0]
               for i, r in enumerate(receipts)]
-    plain_r = [roots.encode_receipt(roots.receipt_from_json(r, receipt_type(types, i))) for i, r in enumerate(receipts)]
+    plain_r = [encodings.encode_receipt(encodings.receipt_from_json(r, receipt_type(types, i))) for i, r in enumerate(receipts)]
     reference_r = [ref_receipt(r, receipt_type(types, i)) for i, r in enumerate(receipts)]
     assert fast_r == sent_r == plain_r == reference_r
-    assert roots.ordered_trie_root(fast_r) == ref_trie_root(reference_r) == header["receiptsRoot"]
+    assert ordered_trie.ordered_trie_root(fast_r) == ref_trie_root(reference_r) == header["receiptsRoot"]
 
     if "withdrawalsRoot" in header:
         withdrawals = block.get("withdrawals") or []
-        fast_w = [roots.encode_withdrawal_json(w) for w in withdrawals]
-        assert fast_w == [roots.encode_withdrawal(roots.withdrawal_from_json(w)) for w in withdrawals] \
+        fast_w = [json_encodings.encode_withdrawal_json(w) for w in withdrawals]
+        assert fast_w == [encodings.encode_withdrawal(encodings.withdrawal_from_json(w)) for w in withdrawals] \
             == [ref_withdrawal(w) for w in withdrawals]
-        assert roots.ordered_trie_root(fast_w) == header["withdrawalsRoot"]
+        assert ordered_trie.ordered_trie_root(fast_w) == header["withdrawalsRoot"]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_blooms_recomputed_equal_each_receipts_logs_bloom(name: str) -> None:
     block, receipts = load(name)
     for r in receipts:
-        logs = roots.receipt_from_json(r).logs if r.get("status") is not None or r.get("root") else None
+        logs = encodings.receipt_from_json(r).logs if r.get("status") is not None or r.get("root") else None
         if logs is not None:
-            assert roots.logs_bloom(logs).hex() == r["logsBloom"][2:]
+            assert encodings.logs_bloom(logs).hex() == r["logsBloom"][2:]
         assert ref_bloom(r["logs"]).hex() == r["logsBloom"][2:]
-        _, bloom = roots.encode_receipt_json(r, 0, {})
+        _, bloom = json_encodings.encode_receipt_json(r, 0, {})
         assert bloom.hex() == r["logsBloom"][2:]
 
 
@@ -278,7 +279,7 @@ def mutations(name: str) -> list[Mutation]:
     out: list[Mutation] = []
     done_types: set[int] = set()
     for i, tx in enumerate(block["transactions"]):
-        kind = roots.transaction_type(tx)
+        kind = encodings.transaction_type(tx)
         if kind in done_types:
             continue
         done_types.add(kind)
@@ -542,8 +543,8 @@ def test_zero_roots_are_reasons() -> None:
 
 
 def test_empty_blocks_and_the_empty_root() -> None:
-    assert roots.EMPTY_ROOT == keccak(rlp.encode(b""))
-    assert "0x" + roots.EMPTY_ROOT.hex() == "0x56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421"
+    assert ordered_trie.EMPTY_ROOT == keccak(rlp.encode(b""))
+    assert "0x" + ordered_trie.EMPTY_ROOT.hex() == "0x56e81f171bcc55a6ff8345e692c0f86e5b48e01b996cadc001622fb5e363b421"
     block, receipts = load("mainnet-0")
     assert block["transactions"] == [] and check_block(block, []) is None
     block["transactionsRoot"] = block["stateRoot"]
@@ -580,18 +581,18 @@ def test_rlp_primitives_equal_the_rlp_package() -> None:
     ints = [0, 1, 0x7F, 0x80, 0xFF, 0x100, 2**64 - 1, 2**255, 2**256 - 1, 2**448, 2**600]
     ints += [rng.getrandbits(rng.randint(1, 300)) for _ in range(300)]
     for n in ints:
-        assert roots.rlp_int(n) == rlp.encode(n), n
-        assert roots._quantity_hex(hex(n)) == rlp.encode(n).hex(), n
+        assert rlp_codec.rlp_int(n) == rlp.encode(n), n
+        assert json_encodings._quantity_hex(hex(n)) == rlp.encode(n).hex(), n
     # quantities with leading zeros, as some nodes send r and s
     for value, n in (("0x00", 0), ("0x0001", 1), ("0x00ff", 255), ("0x" + "00" + "ab" * 31, int("ab" * 31, 16))):
-        assert roots._quantity_hex(value) == rlp.encode(n).hex()
+        assert json_encodings._quantity_hex(value) == rlp.encode(n).hex()
     for size in (0, 1, 2, 31, 32, 55, 56, 57, 255, 256, 1000, 70000):
         for value in (os.urandom(size), bytes(size), b"\x7f" * size):
-            assert roots.rlp_string(value) == rlp.encode(value)
-            assert roots._data_hex("0x" + value.hex()) == rlp.encode(value).hex()
+            assert rlp_codec.rlp_string(value) == rlp.encode(value)
+            assert json_encodings._data_hex("0x" + value.hex()) == rlp.encode(value).hex()
     for items in ([], [b""], [b"a" * 60], [b"x"] * 100, [b"y" * 100] * 700):
         encoded = b"".join(rlp.encode(x) for x in items)
-        assert roots.rlp_list(encoded) == rlp.encode(items)
+        assert rlp_codec.rlp_list(encoded) == rlp.encode(items)
 
 
 @pytest.mark.parametrize("sizes", [(1, 3), (1, 40), (20, 200), (0, 2)])
@@ -602,7 +603,7 @@ def test_the_trie_equals_a_naive_one(sizes: tuple[int, int]) -> None:
     counts = list(range(0, 140)) + [255, 256, 257, 300, 1100]
     for n in counts:
         values = [os.urandom(rng.randint(*sizes)) for _ in range(n)]
-        assert roots.ordered_trie_root(values) == ref_trie_root(values), (n, sizes)
+        assert ordered_trie.ordered_trie_root(values) == ref_trie_root(values), (n, sizes)
 
 
 def test_the_trie_equals_py_trie_where_installed() -> None:
@@ -613,30 +614,30 @@ def test_the_trie_equals_py_trie_where_installed() -> None:
         t = trie.HexaryTrie({})
         for i, v in enumerate(values):
             t[rlp.encode(i)] = v
-        assert roots.ordered_trie_root(values) == t.root_hash
+        assert ordered_trie.ordered_trie_root(values) == t.root_hash
 
 
 def test_deposit_and_arbitrum_encodings() -> None:
     """Type 0x7e (OP-stack deposits, as op-geth's DepositTx) and 0x6a (Arbitrum's internal
     transactions, as nitro's ArbitrumInternalTx), plain values against the rlp package."""
     src, sender, to = bytes(range(32)), b"\x11" * 20, b"\x22" * 20
-    assert roots.deposit_transaction(src, sender, to, 5, 6, 7, True, b"\x01\x02") == \
+    assert encodings.deposit_transaction(src, sender, to, 5, 6, 7, True, b"\x01\x02") == \
         b"\x7e" + rlp.encode([src, sender, to, 5, 6, 7, 1, b"\x01\x02"])
-    assert roots.deposit_transaction(src, sender, None, 0, 0, 1_000_000, False, b"") == \
+    assert encodings.deposit_transaction(src, sender, None, 0, 0, 1_000_000, False, b"") == \
         b"\x7e" + rlp.encode([src, sender, b"", 0, 0, 1_000_000, 0, b""])
     tx = {"type": "0x7e", "sourceHash": "0x" + src.hex(), "from": "0x" + sender.hex(), "to": "0x" + to.hex(),
           "mint": "0x5", "value": "0x6", "gas": "0x7", "isSystemTx": True, "input": "0x0102", "nonce": "0x9"}
-    assert roots.encode_transaction_json(tx) == roots.encode_transaction(roots.transaction_from_json(tx)) \
-        == roots.deposit_transaction(src, sender, to, 5, 6, 7, True, b"\x01\x02")
+    assert json_encodings.encode_transaction_json(tx) == encodings.encode_transaction(encodings.transaction_from_json(tx)) \
+        == encodings.deposit_transaction(src, sender, to, 5, 6, 7, True, b"\x01\x02")
     receipt = {"type": "0x7e", "status": "0x1", "cumulativeGasUsed": "0x10", "logs": [], "depositNonce": "0x9",
                "depositReceiptVersion": "0x1"}
-    assert roots.encode_receipt_json(receipt)[0] == roots.encode_receipt(roots.receipt_from_json(receipt)) \
+    assert json_encodings.encode_receipt_json(receipt)[0] == encodings.encode_receipt(encodings.receipt_from_json(receipt)) \
         == b"\x7e" + rlp.encode([1, 16, bytes(256), [], 9, 1])
     # From Regolith to Canyon nodes sent the nonce, but the receipts root did not hold it.
     del receipt["depositReceiptVersion"]
-    assert roots.encode_receipt_json(receipt)[0] == roots.encode_receipt(roots.receipt_from_json(receipt)) \
+    assert json_encodings.encode_receipt_json(receipt)[0] == encodings.encode_receipt(encodings.receipt_from_json(receipt)) \
         == b"\x7e" + rlp.encode([1, 16, bytes(256), []])
-    assert roots.arbitrum_internal_transaction(421614, b"\xab") == b"\x6a" + rlp.encode([421614, b"\xab"])
+    assert encodings.arbitrum_internal_transaction(421614, b"\xab") == b"\x6a" + rlp.encode([421614, b"\xab"])
 
 
 def test_real_l2_system_transactions_hash_to_their_hashes() -> None:
@@ -667,8 +668,8 @@ def test_real_l2_system_transactions_hash_to_their_hashes() -> None:
         "value": "0x0", "type": "0x6a", "chainId": "0x1237", "v": "0x0", "r": "0x0", "s": "0x0",
     }
     for tx in (deposit, internal):
-        encoded = roots.encode_transaction_json(tx)
-        assert encoded == roots.encode_transaction(roots.transaction_from_json(tx))
+        encoded = json_encodings.encode_transaction_json(tx)
+        assert encoded == encodings.encode_transaction(encodings.transaction_from_json(tx))
         assert "0x" + keccak(encoded).hex() == tx["hash"]
 
 
