@@ -63,7 +63,8 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8545",
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the lowest level logged: DEBUG, INFO, WARNING or ERROR (every line scrubbed of the URLs' secrets)")
     chunk: int = Field(10_000, gt=0, le=MAX_CHUNK, description="blocks per job made by `indexer plan` (1 to 1,000,000)")
     partition_blocks: int = Field(
         DEFAULT_PARTITION_BLOCKS, gt=0, le=MAX_PARTITION_BLOCKS,
@@ -210,3 +211,32 @@ class Settings(BaseSettings):
 def load(**overrides: object) -> Settings:
     """Settings from the environment and `.env`, with the given non-None values on top."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def reference() -> str:
+    """docs/configuration.md: every setting, its default and its description, from the fields
+    above (tests/unit/test_settings_reference.py holds the file to it)."""
+    lines = [
+        "# Configuration",
+        "",
+        "Every setting is an `INDEXER_*` environment variable, read from the environment or a `.env` file in",
+        "the working directory; a command-line flag overrides its variable. Each numeric one has a range,",
+        "checked at start (`inf` and `nan` are refused): a value of the wrong type or out of range is exit 2",
+        "and one line naming the variable.",
+        "",
+        "This page is generated from `indexer/settings.py` (`python -m indexer.settings >",
+        "docs/configuration.md`); a test fails when it is out of date.",
+        "",
+        "| variable | default | meaning |",
+        "|---|---|---|",
+    ]
+    for name, field in Settings.model_fields.items():
+        default = "(computed)" if field.default_factory is not None else \
+            "none" if field.default is None else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
+        meaning = (field.description or "").replace("|", "\\|")
+        lines.append(f"| `INDEXER_{name.upper()}` | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

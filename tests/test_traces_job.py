@@ -121,7 +121,7 @@ def test_every_call_is_stored_as_both_tracer_families_say(trace_node, db_url, ot
 
 
 def test_native_transfers_add_up_to_every_contracts_balance(trace_node, db_url, work):
-    """"All ETH that moved" (README): for each contract of the chain, what the view says came in
+    """"All ETH that moved" (docs/traces.md): for each contract of the chain, what the view says came in
     less what went out is its balance on the node, to the wei. A contract pays no gas, so nothing
     else moves its balance; the view is the only account of its internal transfers."""
     node, chain = trace_node.node, trace_node.chain
