@@ -14,7 +14,7 @@ from typing import Callable, NoReturn, Sequence
 import psycopg
 import pydantic
 
-from . import abi, db, exporter, planner, pool, queue, reaper, retention, settings, signals, status, verify
+from . import abi, abi_parse, db, exporter, planner, pool, queue, reaper, retention, settings, signals, status, verify
 from .abi_names import short
 from .block_range import MAX_END
 from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
@@ -258,7 +258,7 @@ def build_parser() -> Parser:
         description="Register the ABI in FILE (a JSON list of entries, or a compiler's or explorer's artifact with"
         " an \"abi\" list) as NAME: each non-anonymous event gets a table abi_NAME_EVENT, and decode_logs jobs"
         " are planned for every block indexed so far at or above --from-block, all in one transaction. An ABI has"
-        f" at most {abi.MAX_EVENTS} events of at most {abi.MAX_PARAMS} parameters each.",
+        f" at most {abi_parse.MAX_EVENTS} events of at most {abi_parse.MAX_PARAMS} parameters each.",
     )
     a.add_argument("name", metavar="NAME", help="a lower-case letter, then up to 30 lower-case letters, digits or _")
     a.add_argument("file", metavar="FILE", help="the ABI, as JSON")

@@ -4,10 +4,10 @@ its completion. It never talks to the node.
 The job is enqueued by the completion of the `index_blocks` job of the same range (queue.py),
 so its blocks are stored. Each window of blocks (about `WINDOW_LOGS` stored logs) is one
 transaction: the window's decoded rows are deleted and written again, token transfers
-(`token_transfers.decode_range`) then every registered ABI's events (`abi.decode_range`), and
+(`token_transfers.decode_range`) then every registered ABI's events (`abi_decode.decode_range`), and
 `queue.heartbeat` goes last, as in index_blocks.py: it extends the lease, moves the resume cursor
 past the window and checks the token, and a lost claim rolls the window back. A window reads
-the registered ABIs under a shared lock (`abi.DECODING`) that `indexer abi drop` waits for, so a
+the registered ABIs under a shared lock (`abi_decode.DECODING`) that `indexer abi drop` waits for, so a
 drop waits for the windows in flight, never for the queue of decode jobs. Decoding is
 idempotent, so a job run again, or run after its blocks were indexed again, writes what a first
 run over the stored logs writes.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from . import abi, metrics, queue, token_transfers
+from . import abi_decode, metrics, queue, token_transfers
 from .block_range import BlockRange
 from .claims import Ended, LostClaim, Stopping, Unrunnable
 from .queue import Claim
@@ -60,7 +60,7 @@ def run(ctx: JobContext, job: Claim) -> Ended:
         with metrics.counted.decode_seconds.time(), conn.transaction():
             last = window_end(conn, cursor, blocks.last)
             transfers = token_transfers.decode_range(conn, cursor, last)
-            skipped = transfers.skipped + abi.decode_range(conn, cursor, last)
+            skipped = transfers.skipped + abi_decode.decode_range(conn, cursor, last)
             if not queue.heartbeat(conn, job, lease_seconds=ctx.cfg.lease_seconds, cursor=last + 1):
                 raise LostClaim()
         metrics.counted.blocks_decoded.inc(last - cursor + 1)

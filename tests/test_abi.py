@@ -17,7 +17,7 @@ from hexbytes import HexBytes
 from psycopg.rows import dict_row
 from web3.logs import DISCARD
 
-from indexer import abi, chain, partitions, planner, queue, store
+from indexer import abi_decode, chain, partitions, planner, queue, store
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil
 from indexer.testing.contracts import compile, deploy, mined
@@ -276,10 +276,10 @@ def test_decoded_rows_equal_web3s_decoding_of_the_receipts(db_url, conn, everyth
     assert only_b.returncode == 0, only_b.stderr
 
     with conn.transaction():
-        skipped = abi.decode_range(conn, 0, everything.head)
+        skipped = abi_decode.decode_range(conn, 0, everything.head)
     # The two logs `raw` emitted, and the Kinds and Widths events whose text holds a NUL, which
     # PostgreSQL cannot store: all of contract a, so the ABI restricted to b meets none of them.
-    assert skipped == {abi.SKIP_UNDECODABLE: 1, abi.SKIP_TOPIC_COUNT: 1, abi.SKIP_NUL_IN_TEXT: 2}
+    assert skipped == {abi_decode.SKIP_UNDECODABLE: 1, abi_decode.SKIP_TOPIC_COUNT: 1, abi_decode.SKIP_NUL_IN_TEXT: 2}
 
     assert_decoded(conn, everything, "every")
     assert_decoded(conn, everything, "only_b", everything.b_from, everything.b.address)
@@ -294,7 +294,7 @@ def test_decoded_rows_equal_web3s_decoding_of_the_receipts(db_url, conn, everyth
 
     before = conn.execute(f"SELECT xmin::text, * FROM {kinds} ORDER BY block_number, log_index").fetchall()
     with conn.transaction():
-        assert abi.decode_range(conn, 0, everything.head) == skipped
+        assert abi_decode.decode_range(conn, 0, everything.head) == skipped
     again = conn.execute(f"SELECT xmin::text, * FROM {kinds} ORDER BY block_number, log_index").fetchall()
     assert [row[1:] for row in again] == [row[1:] for row in before]  # the same rows,
     assert {row[0] for row in again}.isdisjoint(row[0] for row in before)  # written again
@@ -342,7 +342,7 @@ def test_list_and_drop(db_url, conn, everything, abi_file):
     for name, extra in (("every", []), ("only_b", ["--address", everything.b.address, "--from-block", "3"])):
         assert run_indexer("abi", "add", name, str(abi_file), *extra, db_url=db_url).returncode == 0
     with conn.transaction():
-        abi.decode_range(conn, 0, everything.head)
+        abi_decode.decode_range(conn, 0, everything.head)
 
     listed = run_indexer("abi", "list", db_url=db_url)
     assert listed.returncode == 0, listed.stderr
@@ -438,7 +438,7 @@ def test_an_event_without_parameters_has_a_table_of_the_key_columns_alone(db_url
     assert added.returncode == 0, added.stderr
     table = table_of(conn, "pauser", "Paused()")
     with conn.transaction():
-        assert abi.decode_range(conn, 0, receipts[-1]["blockNumber"]) == {}
+        assert abi_decode.decode_range(conn, 0, receipts[-1]["blockNumber"]) == {}
     assert conn.execute(f"SELECT block_number, log_index, transaction_hash, address FROM {table}"
                         " ORDER BY block_number").fetchall() == [
         (r["blockNumber"], r["logs"][0]["logIndex"], bytes(r["transactionHash"]), bytes.fromhex(pauser.address[2:]))

@@ -11,7 +11,7 @@ import pytest
 from eth_abi.grammar import parse
 from eth_utils import keccak
 
-from indexer import abi
+from indexer import abi_decode, abi_parse
 from indexer.abi_names import check_abi_name, column_names, table_names
 
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -74,7 +74,7 @@ def test_an_abi_may_be_an_artifact_and_anonymous_events_are_set_aside():
         {"name": "from", "type": "address", "indexed": True}, {"name": "to", "type": "address", "indexed": True},
         {"name": "value", "type": "uint", "indexed": False}]}
     anon = {"type": "event", "name": "Log", "anonymous": True, "inputs": []}
-    parsed = abi.parse_abi({"abi": [transfer, transfer, anon, {"type": "function", "name": "f"}]})
+    parsed = abi_parse.parse_abi({"abi": [transfer, transfer, anon, {"type": "function", "name": "f"}]})
     assert [e.signature for e in parsed.events] == ["Transfer(address,address,uint256)"]
     assert parsed.events[0].topic0.hex().startswith("ddf252ad")
     assert [e.name for e in parsed.anonymous] == ["Log"]
@@ -92,17 +92,17 @@ def test_an_abi_may_be_an_artifact_and_anonymous_events_are_set_aside():
     ([7], "entry 0 of the ABI is not an object"),
 ])
 def test_what_is_not_an_abi_is_refused(document, message):
-    with pytest.raises(abi.AbiError, match=message):
-        abi.parse_abi(document)
+    with pytest.raises(abi_parse.AbiError, match=message):
+        abi_parse.parse_abi(document)
 
 
 def test_column_types():
     inputs = [("a", "address", False), ("b", "uint56", False), ("c", "uint64", False), ("d", "int64", False),
               ("e", "int72", False), ("f", "bytes32", True), ("g", "string", True), ("h", "uint8[2]", True),
               ("i", "bool", False), ("j", "string", False), ("k", "uint256[]", False), ("l", "bytes", False)]
-    event = abi.parse_abi([{"type": "event", "name": "E", "inputs": [
+    event = abi_parse.parse_abi([{"type": "event", "name": "E", "inputs": [
         {"name": n, "type": t, "indexed": i} for n, t, i in inputs]}]).events[0]
-    assert [abi.column_type(p) for p in event.params] == [
+    assert [abi_decode.column_type(p) for p in event.params] == [
         "bytea", "bigint", "numeric(78,0)", "bigint", "numeric(78,0)", "bytea", "bytea", "bytea",
         "boolean", "text", "jsonb", "bytea"]
     assert [p.hashed for p in event.params][5:8] == [False, True, True]  # even a static array is hashed
@@ -114,10 +114,10 @@ def test_column_types():
     ("0x" + "gg" * 20, False)])
 def test_addresses(text, ok):
     if ok:
-        assert len(abi.parse_address(text)) == 20
+        assert len(abi_parse.parse_address(text)) == 20
     else:
-        with pytest.raises(abi.AbiError):
-            abi.parse_address(text)
+        with pytest.raises(abi_parse.AbiError):
+            abi_parse.parse_address(text)
 
 
 @pytest.mark.parametrize("type_str", ["address", "bool", "uint8", "uint64", "uint256", "int8", "int64", "int256",
@@ -125,7 +125,7 @@ def test_addresses(text, ok):
 def test_one_word_values_are_read_as_eth_abi_reads_them(type_str):
     """The word-by-word reading of simple events refuses what eth-abi's strict decoding refuses
     and reads the rest alike (its COPY field: 0x-hex as bytea, numbers, t/f)."""
-    read = abi._word_field(parse(type_str))
+    read = abi_decode._word_field(parse(type_str))
     rng = random.Random(type_str)
     edges = [bytes(32), bytes(31) + b"\x01", bytes(31) + b"\x02", b"\xff" * 32, b"\x80" + bytes(31),
              bytes(12) + b"\xff" * 20, b"\x01" + bytes(31), bytes(24) + b"\x80" + bytes(7), b"\xff" * 31 + b"\x80",
@@ -134,7 +134,7 @@ def test_one_word_values_are_read_as_eth_abi_reads_them(type_str):
         try:
             (value,) = eth_abi.decode([type_str], word)
         except Exception:
-            with pytest.raises(abi._Skip):
+            with pytest.raises(abi_decode._Skip):
                 read(word)
             continue
         if type_str == "address":

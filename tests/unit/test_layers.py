@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("queue", {"queue", "claims", "progress", "retention"}),
     ("chain", {"rows", "rlp_codec", "ordered_trie", "encodings", "json_encodings", "roots", "stored_roots", "traces", "rpc", "endpoints", "chain", "store", "forks", "prefetch",
                "heads", "health"}),
-    ("decoding", {"abi_names", "abi", "token_transfers"}),
+    ("decoding", {"abi_names", "abi_parse", "abi_decode", "abi", "token_transfers"}),
     ("jobs", {"job_context", "index_blocks", "decode_logs", "index_traces", "partitions", "planner", "reaper"}),
     ("operations", {"follow", "verify", "rollback", "status", "exporter", "worker", "pool"}),
     ("cli", {"cli"}),
