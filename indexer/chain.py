@@ -6,7 +6,7 @@ and where every key of a node's JSON goes). `decode` and `Rows` are re-exported 
 
 The node's single values (its chain id, its head, its finalized block) are parsed by the client
 as they arrive (`quantity`, `RpcClient.call(parse=...)`): a value that is not a hex number is
-asked of the other endpoints, and from none that answers better it is a `rpc.BadAnswer` (a
+asked of the other endpoints, and from none that answers better it is a `rpc_errors.BadAnswer` (a
 ChainDataError) naming the endpoint and what it sent.
 """
 
@@ -18,7 +18,9 @@ from typing import Any
 
 from . import metrics, roots
 from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re-exported)
-from .rpc import ERROR, UNSUPPORTED, Fallback, RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_batch import Fallback
+from .rpc_errors import ERROR, UNSUPPORTED, RpcError
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,7 @@ def _within(client: RpcClient, first: int, last: int, max_transactions: int) -> 
 
 
 def _receipts_by_transaction(blocks: list[dict[str, Any]]) -> Fallback:
-    """The `rpc.Fallback` for an endpoint without eth_getBlockReceipts (go-ethereum before 1.13,
+    """The `rpc_batch.Fallback` for an endpoint without eth_getBlockReceipts (go-ethereum before 1.13,
     several providers): the receipts of a block asked by eth_getTransactionReceipt of each of its
     transactions, in transaction order. `decode` checks that each belongs to its block and
     transaction, as it does for a block's receipts."""

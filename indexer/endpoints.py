@@ -1,5 +1,5 @@
 """The RPC endpoints as the workers found them, for `indexer status`: the calls per second each
-worker allows itself to send each endpoint (adapted to its rate limit, `rpc.AdaptiveRate`) and
+worker allows itself to send each endpoint (adapted to its rate limit, `rpc_rate.AdaptiveRate`) and
 the methods an endpoint lacks, in the `rpc_endpoints` table.
 
 A worker records its rows through a `Recorder` (at most every RECORD_SECONDS, one statement) and

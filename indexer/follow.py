@@ -38,7 +38,8 @@ import psycopg
 
 from . import chain, db, heads, metrics, planner
 from .errors import IndexerError, first_line, redact
-from .rpc import RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_errors import RpcError
 from .settings import Settings
 
 log = logging.getLogger(__name__)

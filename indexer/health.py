@@ -26,7 +26,8 @@ import psycopg
 
 from . import chain
 from .errors import first_line, redact
-from .rpc import RateLimited, RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_errors import RateLimited, RpcError
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ from .chain import ChainDataError, Rows
 from .claims import LOST, Ended, LostClaim, Stopping, Unrunnable
 from .prefetch import Batches
 from .queue import Claim
-from .rpc import RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_errors import RpcError
 from .states import Outcome
 
 if TYPE_CHECKING:

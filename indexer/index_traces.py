@@ -9,7 +9,7 @@ completion.
 2. The window's traces are asked of the node (`fetch`): `debug_traceBlockByHash` with the call
    tracer, block by block, by the stored hash, so that no other block at that height can answer;
    from an endpoint that lacks it, or for a block too slow or too large to trace whole,
-   `debug_traceTransaction` of each of its transactions (`rpc.Fallback`). Where no endpoint
+   `debug_traceTransaction` of each of its transactions (`rpc_batch.Fallback`). Where no endpoint
    serves the call tracer, `trace_block`, whose every trace names its block's hash (checked),
    with `trace_transaction` as its fallback. The client learns, endpoint by endpoint, which
    methods it lacks, and the workers share it (`endpoints.py`), as for receipts.
@@ -37,7 +37,9 @@ from .chain import CHAIN_DATA_ATTEMPTS
 from .claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable
 from .queue import Claim
 from .rows import ChainDataError
-from .rpc import UNSUPPORTED, Fallback, RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_batch import Fallback
+from .rpc_errors import UNSUPPORTED, RpcError
 from .stored_roots import as_data, as_quantity
 from .states import Outcome
 
@@ -168,7 +170,7 @@ FAMILIES = (
 
 
 def _one_by_one(blocks: list[StoredBlock], family: Family) -> Fallback:
-    """The `rpc.Fallback` that asks a block's traces transaction by transaction, by hash (so each
+    """The `rpc_batch.Fallback` that asks a block's traces transaction by transaction, by hash (so each
     answer is of the transaction asked), when the endpoint lacks the family's block method or it
     is too slow or too large for the block."""
     hashes = {family.by(b): [tx["hash"] for tx in b.transactions] for b in blocks}

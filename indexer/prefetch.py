@@ -36,7 +36,7 @@ PROBE_FRACTION = 10
 TRANSACTIONS_AHEAD = 2
 # At a provider's rate limit, the calls of the batches in flight fit in this share of a lease at
 # the rate the node allows: heartbeats come between batches, the worker's client gives a job
-# back after half a lease of nothing but rate limits (`rpc.RateLimited`), and the write and the
+# back after half a lease of nothing but rate limits (`rpc_errors.RateLimited`), and the write and the
 # heartbeat need the rest.
 LEASE_SHARE = 0.5
 

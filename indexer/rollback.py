@@ -31,7 +31,8 @@ import psycopg
 from . import follow, forks, verify
 from .errors import IndexerError, redact
 from .rows import ChainDataError
-from .rpc import RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_errors import RpcError
 from .settings import Settings
 
 log = logging.getLogger(__name__)

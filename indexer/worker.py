@@ -11,7 +11,7 @@
 Errors a runner raises give the job back with backoff (`queue.give_back`), or fail it at once
 when no retry can help; a batch that does not link to the stored blocks (`forks.ForkMismatch`)
 defers the job with no attempt spent, saying at WARNING which `indexer verify` makes it link; a
-node whose rate limit would hold a batch back for half a lease (`rpc.RateLimited`) defers it too:
+node whose rate limit would hold a batch back for half a lease (`rpc_errors.RateLimited`) defers it too:
 the node is alive, only busy. A draining worker (`indexer work --drain`) stops when no job is pending or
 running, or, with `EXIT_WAITING_FOR_CHAIN`, when the only jobs left start beyond the safe head
 (`_waits_for_the_chain`). SIGTERM/SIGINT gives every held job back with no attempt spent (with
@@ -43,7 +43,8 @@ from .forks import ForkMismatch
 from .job_context import Counting, JobContext
 from .prefetch import Batches, Prefetcher
 from .queue import Claim
-from .rpc import RateLimited, RpcClient, RpcError
+from .rpc import RpcClient
+from .rpc_errors import RateLimited, RpcError
 from .settings import Settings
 from .states import JobStatus, Outcome
 

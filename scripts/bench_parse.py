@@ -19,11 +19,11 @@ from types import SimpleNamespace
 import msgspec
 import orjson
 
-from indexer import chain, rpc
+from indexer import chain, rpc_transport
 from indexer.rpc import RpcClient
 from indexer.testing.mainnet_node import NodeProcess
 
-# orjson in msgspec's place, as rpc.py reads it: `msgspec.json.decode`, `msgspec.DecodeError`.
+# orjson in msgspec's place, as rpc_transport.py reads it: `msgspec.json.decode`, `msgspec.DecodeError`.
 ORJSON = SimpleNamespace(json=SimpleNamespace(decode=orjson.loads), DecodeError=orjson.JSONDecodeError)
 PARSERS = {"msgspec": msgspec, "orjson": ORJSON}
 
@@ -44,7 +44,7 @@ def main() -> None:
         try:
             for _ in range(args.rounds):
                 for name, parser in PARSERS.items():
-                    rpc.msgspec = parser
+                    rpc_transport.msgspec = parser
                     started = time.process_time()
                     fetched = 0
                     for first in firsts:
@@ -53,7 +53,7 @@ def main() -> None:
                     assert fetched == args.blocks
                     spent[name].append((time.process_time() - started) / fetched * 1000)
         finally:
-            rpc.msgspec = msgspec
+            rpc_transport.msgspec = msgspec
     ms = {name: statistics.median(values) for name, values in spent.items()}
     print(f"| parser | fetching, ms of this process's CPU per block (median of {args.rounds}) |")
     print("|---|---:|")

@@ -11,9 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from indexer import chain, metrics, rpc
+from indexer import chain, metrics, rpc_errors
 from indexer.endpoints import Recorder
-from indexer.rpc import RATE_LIMITED, AdaptiveRate, Fallback, RpcClient, RpcError, classify
+from indexer.rpc import RpcClient
+from indexer.rpc_batch import Fallback
+from indexer.rpc_errors import RATE_LIMITED, RpcError, classify
+from indexer.rpc_rate import AdaptiveRate
 from indexer.testing import fixtures
 from indexer.testing.anvil import free_port
 from indexer.testing.faultproxy import FaultProxy
@@ -245,7 +248,7 @@ def test_a_rate_limit_is_never_a_failed_attempt(chain_node, fault):
 
 def test_nothing_but_rate_limits_for_the_patience_is_rate_limited_not_failed(chain_node):
     with FaultProxy(chain_node.url, rate=1.0, faults=("http429_bare",)) as proxy:
-        with pytest.raises(rpc.RateLimited) as caught:
+        with pytest.raises(rpc_errors.RateLimited) as caught:
             RpcClient([proxy.url], max_attempts=2, patience=3).call("eth_chainId")
     assert proxy.served["http429_bare"] > 2  # more than the attempts allowed a failure
     assert re.fullmatch(rf"eth_chainId: the rate limit would hold it back \d s with no answer, more than the 3 s "
