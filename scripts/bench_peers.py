@@ -285,7 +285,8 @@ def main() -> None:
             print(f"# {label}: built in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
             rates: dict[str, float | str | None] = {}
 
-            def run(column: str, cmds: list[list[str]], check, *, peer: bool = False, **kw) -> None:
+            def run(column: str, cmds: list[list[str]], check, *, peer: bool = False, output: Path | None = None,
+                    **kw) -> None:
                 cores = Cores(node.proc.pid)
                 try:
                     elapsed, outs = timed(cmds, cores, **kw)
@@ -295,6 +296,8 @@ def main() -> None:
                     # A peer that crashed (cryo 0.3.2 has died of SIGSEGV here under load) is run once
                     # more; failing again, its cell says so, and the other runs go on.
                     print(f"# {kind}: {column}: {str(exc)[:300]}; once more", file=sys.stderr, flush=True)
+                    if output is not None:  # what the crashed run wrote: cryo skips the chunks it finds
+                        shutil.rmtree(output, ignore_errors=True)
                     try:
                         elapsed, outs = timed(cmds, cores, **kw)
                     except RunFailed as again:
@@ -345,7 +348,7 @@ def main() -> None:
                     assert re.search(r"chunks errored: +0 /", outs[0]), outs[0][-1500:]
                     assert len(list(out_dir.glob("*__blocks__*.parquet"))) >= 1, list(out_dir.iterdir())
 
-                run(PEER_COLUMNS[2], [[str(cryo_bin / "python"), "-c", code]], cryo_check, peer=True)
+                run(PEER_COLUMNS[2], [[str(cryo_bin / "python"), "-c", code]], cryo_check, peer=True, output=out_dir)
                 shutil.rmtree(out_dir, ignore_errors=True)
 
             etl_bin = peers["ethereum-etl"][0]
