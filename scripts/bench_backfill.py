@@ -51,7 +51,8 @@ from psycopg.conninfo import make_conninfo
 from indexer import chain, db, partitions, store, token_transfers
 from indexer.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
-from indexer.testing.mainnet_node import NodeProcess, block_hash
+from indexer.testing.mainnet_eras import block_hash
+from indexer.testing.mainnet_server import NodeProcess
 from indexer.testing.processes import cpu_seconds, descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks

@@ -29,7 +29,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
 
-from indexer.testing.mainnet_node import NodeProcess  # noqa: E402
+from indexer.testing.mainnet_server import NodeProcess  # noqa: E402
 
 QUERY_INDEXES = "SELECT index_name, create_sql, drop_sql FROM chain_query_indexes(%(first)s, %(online)s)"
 ROWS = """

@@ -21,7 +21,7 @@ import orjson
 
 from indexer import chain, rpc_transport
 from indexer.rpc import RpcClient
-from indexer.testing.mainnet_node import NodeProcess
+from indexer.testing.mainnet_server import NodeProcess
 
 # orjson in msgspec's place, as rpc_transport.py reads it: `msgspec.json.decode`, `msgspec.DecodeError`.
 ORJSON = SimpleNamespace(json=SimpleNamespace(decode=orjson.loads), DecodeError=orjson.JSONDecodeError)

@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer.testing.mainnet_node import NodeProcess
+from indexer.testing.mainnet_server import NodeProcess
 from indexer.testing.processes import cpu_seconds, descendants
 from indexer.testing.work import INDEXER
 

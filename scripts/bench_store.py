@@ -36,7 +36,7 @@ def record(path: Path, scale: float = 1.0) -> None:
     from indexer import chain
     from indexer.rpc import RpcClient
     from indexer.testing.anvil import Anvil, build_dense
-    from indexer.testing.mainnet_node import NodeProcess
+    from indexer.testing.mainnet_server import NodeProcess
 
     def batches(url: str, first: int, last: int, size: int) -> list:
         client = RpcClient([url], timeout=120, max_attempts=1)

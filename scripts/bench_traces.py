@@ -47,7 +47,7 @@ from bench_growth import WORKERS, DatabaseCpu  # noqa: E402
 
 from indexer.testing.anvil import Anvil, build_dense  # noqa: E402
 from indexer.testing.cluster import postgres_at  # noqa: E402
-from indexer.testing.mainnet_node import NodeProcess  # noqa: E402
+from indexer.testing.mainnet_server import NodeProcess  # noqa: E402
 
 STORED = "SELECT count(*), coalesce(sum(transaction_count), 0) FROM blocks"
 TRACES = "SELECT count(*) FROM traces"

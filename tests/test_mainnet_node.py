@@ -13,7 +13,9 @@ import pytest
 
 from indexer import chain, json_encodings, ordered_trie, planner, rlp_codec, traces
 from indexer.rpc import RpcClient
-from indexer.testing.mainnet_node import ERAS, MainnetNode, NodeProcess
+from indexer.testing.mainnet_eras import ERAS
+from indexer.testing.mainnet_node import MainnetNode
+from indexer.testing.mainnet_server import NodeProcess
 
 from .conftest import run_indexer
 
@@ -195,6 +197,6 @@ def test_a_backfill_with_traces_writes_every_call_and_fails_no_job(db_url, conn,
     (["--port", "70000"], "mainnet_node: error: --port must be 0..65535, not 70000"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, message):
-    done = subprocess.run([sys.executable, "-m", "indexer.testing.mainnet_node", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "indexer.testing.mainnet_server", *args], capture_output=True,
                           text=True, timeout=60)
     assert (done.returncode, done.stderr, done.stdout) == (2, message + "\n", "")
