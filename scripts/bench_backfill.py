@@ -56,7 +56,7 @@ from indexer.testing.mainnet_server import NodeProcess
 from indexer.testing.processes import cpu_seconds, descendants
 from indexer.db import worker_session_options
 from indexer.prefetch import batch_blocks
-from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))

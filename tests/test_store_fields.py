@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 from indexer import db, partitions, store, verify
 from indexer.chain import decode
-from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
+from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
 from indexer.testing.fixtures import load, names
 
 from .unit.test_every_field import NASTY, walk

@@ -18,7 +18,7 @@ import pytest
 
 from indexer.testing.fixtures import FIXTURES
 from indexer.chain import ChainDataError, decode
-from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 
 RECORDED = FIXTURES
 NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))

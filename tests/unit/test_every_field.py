@@ -18,7 +18,7 @@ import pytest
 
 from indexer import rows as R
 from indexer.chain import ChainDataError, decode
-from indexer.rows import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import load, names
 
 NAMES = names()

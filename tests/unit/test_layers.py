@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "indexer"
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"errors", "states", "block_range", "wording", "urls", "signals", "settings", "logs", "db", "metrics"}),
     ("queue", {"queue", "claims", "progress", "retention"}),
-    ("chain", {"rpc_errors", "rpc_rate", "rpc_transport", "rpc_batch", "rows", "rlp_codec", "ordered_trie", "encodings", "json_encodings", "roots", "stored_roots", "traces", "rpc", "endpoints", "chain", "store", "forks", "prefetch",
+    ("chain", {"rpc_errors", "rpc_rate", "rpc_transport", "rpc_batch", "columns", "rows", "rlp_codec", "ordered_trie", "encodings", "json_encodings", "roots", "stored_roots", "traces", "rpc", "endpoints", "chain", "store", "forks", "prefetch",
                "heads", "health"}),
     ("decoding", {"abi_names", "abi_parse", "abi_decode", "abi", "token_transfers"}),
     ("jobs", {"job_context", "index_blocks", "decode_logs", "index_traces", "partitions", "planner", "reaper"}),
