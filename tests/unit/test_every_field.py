@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from indexer import columns as C
 from indexer import rows as R
 from indexer.chain import ChainDataError, decode
 from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
@@ -25,16 +26,16 @@ NAMES = names()
 
 # Columns whose value no single key gives; the kind says how to read them back from COPY text.
 DERIVED = {
-    "blocks": {"transaction_count": R.QUANTITY, "log_count": R.QUANTITY, "withdrawal_count": R.QUANTITY,
-               "extra": R.JSON},
-    "transactions": {"block_number": R.QUANTITY, "transaction_index": R.QUANTITY, "extra": R.JSON,
-                     "receipt_extra": R.JSON},
-    "logs": {"block_number": R.QUANTITY, "transaction_index": R.QUANTITY, "transaction_hash": R.DATA,
-             "topic0": R.DATA, "topic1": R.DATA, "topic2": R.DATA, "topic3": R.DATA, "extra": R.JSON},
-    "withdrawals": {"block_number": R.QUANTITY, "position": R.QUANTITY, "extra": R.JSON},
+    "blocks": {"transaction_count": C.QUANTITY, "log_count": C.QUANTITY, "withdrawal_count": C.QUANTITY,
+               "extra": C.JSON},
+    "transactions": {"block_number": C.QUANTITY, "transaction_index": C.QUANTITY, "extra": C.JSON,
+                     "receipt_extra": C.JSON},
+    "logs": {"block_number": C.QUANTITY, "transaction_index": C.QUANTITY, "transaction_hash": C.DATA,
+             "topic0": C.DATA, "topic1": C.DATA, "topic2": C.DATA, "topic3": C.DATA, "extra": C.JSON},
+    "withdrawals": {"block_number": C.QUANTITY, "position": C.QUANTITY, "extra": C.JSON},
 }
-KEYS = {"blocks": (R.BLOCK_KEYS,), "transactions": (R.TRANSACTION_KEYS, R.RECEIPT_KEYS),
-        "logs": (R.LOG_KEYS,), "withdrawals": (R.WITHDRAWAL_KEYS,)}
+KEYS = {"blocks": (C.BLOCK_KEYS,), "transactions": (C.TRANSACTION_KEYS, C.RECEIPT_KEYS),
+        "logs": (C.LOG_KEYS,), "withdrawals": (C.WITHDRAWAL_KEYS,)}
 COLUMNS = {"blocks": BLOCK_COLUMNS, "transactions": TRANSACTION_COLUMNS, "logs": LOG_COLUMNS,
            "withdrawals": WITHDRAWAL_COLUMNS}
 
@@ -43,7 +44,7 @@ def kinds(table: str) -> dict[str, str]:
     """Column -> how its value is stored, from the declared mapping."""
     out = dict(DERIVED[table])
     for keys in KEYS[table]:
-        out.update({column: how for column, how in keys.values() if how != R.ROWS and column in COLUMNS[table]})
+        out.update({column: how for column, how in keys.values() if how != C.ROWS and column in COLUMNS[table]})
     return out
 
 
@@ -51,15 +52,15 @@ def stored_value(value: Any, how: str) -> Any:
     """A JSON value as the Python value psycopg reads back from its column (None for NULL)."""
     if value is None:
         return None
-    if how == R.QUANTITY:
+    if how == C.QUANTITY:
         return value if type(value) is int else int(value, 16)
-    if how == R.DATA:
+    if how == C.DATA:
         return bytes.fromhex(value[2:])
-    if how == R.TIMESTAMP:
+    if how == C.TIMESTAMP:
         return datetime.fromtimestamp(int(value, 16), timezone.utc)
-    if how == R.HASHES:
+    if how == C.HASHES:
         return [bytes.fromhex(v[2:]) for v in value]
-    assert how == R.JSON
+    assert how == C.JSON
     return value
 
 
@@ -91,14 +92,14 @@ def parse_field(field: str, how: str) -> Any:
     if field == "\\N":
         return None
     text = unescape(field)
-    if how == R.QUANTITY:
+    if how == C.QUANTITY:
         return int(text)
-    if how == R.DATA:
+    if how == C.DATA:
         assert text.startswith("\\x"), text[:40]
         return bytes.fromhex(text[2:])
-    if how == R.TIMESTAMP:
+    if how == C.TIMESTAMP:
         return datetime.fromisoformat(text)
-    if how == R.HASHES:
+    if how == C.HASHES:
         return [bytes.fromhex(item[2:]) for item in parse_array(text) if item.startswith("\\x")]
     return json.loads(text)
 
@@ -122,18 +123,18 @@ def walk_item(item: dict[str, Any], keys: dict[str, tuple[str, str]], checked: d
     for key, value in item.items():
         if key in keys:
             column, how = keys[key]
-            if how == R.ROWS:
+            if how == C.ROWS:
                 continue  # the child rows, walked by the caller
             if column == "topic0..topic3":
                 topics = [row[f"topic{i}"] for i in range(4)]
-                assert topics == stored_value(value, R.HASHES) + [None] * (4 - len(value)), where
+                assert topics == stored_value(value, C.HASHES) + [None] * (4 - len(value)), where
             else:
                 assert row[column] == stored_value(value, how), (where, key, row[column], value)
         elif key not in checked:
             unmapped[key] = value
     assert row[extra_column] == (unmapped or None), (where, row[extra_column], unmapped)
     for key, (column, how) in keys.items():
-        if key not in item and how != R.ROWS and column in row:
+        if key not in item and how != C.ROWS and column in row:
             assert row[column] == (0 if key == "type" else None), (where, key, row[column])
 
 
@@ -142,7 +143,7 @@ def walk(block: dict[str, Any], receipts: list[dict[str, Any]], block_row: dict[
          withdrawal_rows: list[dict[str, Any]]) -> None:
     """The whole answer for one block against its rows (from COPY lines or from PostgreSQL)."""
     number = int(block["number"], 16)
-    walk_item(block, R.BLOCK_KEYS, R.BLOCK_CHECKED, block_row, "extra", f"block {number}")
+    walk_item(block, C.BLOCK_KEYS, C.BLOCK_CHECKED, block_row, "extra", f"block {number}")
     txs = block["transactions"]
     assert block_row["transaction_count"] == len(txs) == len(transaction_rows) == len(receipts)
     logs = [(index, log) for index, receipt in enumerate(receipts) for log in receipt["logs"]]
@@ -152,15 +153,15 @@ def walk(block: dict[str, Any], receipts: list[dict[str, Any]], block_row: dict[
     assert len(withdrawal_rows) == len(withdrawals or [])
     for index, (tx, receipt, row) in enumerate(zip(txs, receipts, transaction_rows)):
         assert (row["block_number"], row["transaction_index"]) == (number, index)
-        walk_item(tx, R.TRANSACTION_KEYS, R.TRANSACTION_CHECKED, row, "extra", f"transaction {index}")
-        walk_item(receipt, R.RECEIPT_KEYS, R.RECEIPT_CHECKED, row, "receipt_extra", f"receipt {index}")
+        walk_item(tx, C.TRANSACTION_KEYS, C.TRANSACTION_CHECKED, row, "extra", f"transaction {index}")
+        walk_item(receipt, C.RECEIPT_KEYS, C.RECEIPT_CHECKED, row, "receipt_extra", f"receipt {index}")
     for (index, log), row in zip(logs, log_rows):
         assert (row["block_number"], row["transaction_index"]) == (number, index)
-        assert row["transaction_hash"] == stored_value(receipts[index]["transactionHash"], R.DATA)
-        walk_item(log, R.LOG_KEYS, R.LOG_CHECKED, row, "extra", f"log {log['logIndex']}")
+        assert row["transaction_hash"] == stored_value(receipts[index]["transactionHash"], C.DATA)
+        walk_item(log, C.LOG_KEYS, C.LOG_CHECKED, row, "extra", f"log {log['logIndex']}")
     for position, (withdrawal, row) in enumerate(zip(withdrawals or [], withdrawal_rows)):
         assert (row["block_number"], row["position"]) == (number, position)
-        walk_item(withdrawal, R.WITHDRAWAL_KEYS, R.WITHDRAWAL_CHECKED, row, "extra", f"withdrawal {position}")
+        walk_item(withdrawal, C.WITHDRAWAL_KEYS, C.WITHDRAWAL_CHECKED, row, "extra", f"withdrawal {position}")
 
 
 def decode_one(block: dict[str, Any], receipts: list[dict[str, Any]]) -> R.Rows:
@@ -181,16 +182,16 @@ def test_the_mapping_names_each_column_once_and_only_columns_that_exist():
     for table, columns in COLUMNS.items():
         assert len(set(columns)) == len(columns), table
         mapped = [column for keys in KEYS[table] for column, how in keys.values()
-                  if how != R.ROWS and column != "topic0..topic3"]
+                  if how != C.ROWS and column != "topic0..topic3"]
         assert len(set(mapped)) == len(mapped), table
         assert set(mapped) <= set(columns), set(mapped) - set(columns)
     # A transaction row holds the transaction's keys and its receipt's: no column from both.
-    tx_columns = {column for column, _ in R.TRANSACTION_KEYS.values()}
-    receipt_columns = {column for column, how in R.RECEIPT_KEYS.values() if how != R.ROWS}
+    tx_columns = {column for column, _ in C.TRANSACTION_KEYS.values()}
+    receipt_columns = {column for column, how in C.RECEIPT_KEYS.values() if how != C.ROWS}
     assert not tx_columns & receipt_columns
-    for keys, checked in ((R.BLOCK_KEYS, R.BLOCK_CHECKED), (R.TRANSACTION_KEYS, R.TRANSACTION_CHECKED),
-                          (R.RECEIPT_KEYS, R.RECEIPT_CHECKED), (R.LOG_KEYS, R.LOG_CHECKED),
-                          (R.WITHDRAWAL_KEYS, R.WITHDRAWAL_CHECKED)):
+    for keys, checked in ((C.BLOCK_KEYS, C.BLOCK_CHECKED), (C.TRANSACTION_KEYS, C.TRANSACTION_CHECKED),
+                          (C.RECEIPT_KEYS, C.RECEIPT_CHECKED), (C.LOG_KEYS, C.LOG_CHECKED),
+                          (C.WITHDRAWAL_KEYS, C.WITHDRAWAL_CHECKED)):
         assert not set(keys) & set(checked)
 
 
@@ -237,11 +238,11 @@ def checked_places(recorded: dict[str, Any]) -> list[tuple[str, dict[str, Any], 
     """(where, item, key) of each checked key in the first and the last transaction, receipt and
     log that have it."""
     found: dict[tuple[str, str], list[tuple[str, dict[str, Any], str]]] = {}
-    items = [("transaction", f"transaction {i}", tx, R.TRANSACTION_CHECKED)
+    items = [("transaction", f"transaction {i}", tx, C.TRANSACTION_CHECKED)
              for i, tx in enumerate(recorded["block"]["transactions"])]
     for i, receipt in enumerate(recorded["receipts"]):
-        items.append(("receipt", f"receipt {i}", receipt, R.RECEIPT_CHECKED))
-        items += [("log", f"log {n} of receipt {i}", log, R.LOG_CHECKED) for n, log in enumerate(receipt["logs"])]
+        items.append(("receipt", f"receipt {i}", receipt, C.RECEIPT_CHECKED))
+        items += [("log", f"log {n} of receipt {i}", log, C.LOG_CHECKED) for n, log in enumerate(receipt["logs"])]
     for kind, where, item, checked in items:
         for key in checked:
             if key in item:
