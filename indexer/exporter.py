@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import partitions, progress, queue
+from . import partitions, progress, queue_counts
 from .block_range import RANGE_KINDS
 from .errors import IndexerError, first_line, redact
 from .states import JobStatus
@@ -115,7 +115,7 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _measure(conn: psycopg.Connection) -> Iterable[Metric]:
-        counts = queue.counts(conn)
+        counts = queue_counts.counts(conn)
         jobs = GaugeMetricFamily("indexer_jobs", "Jobs by status (done: archived in jobs_history)", labels=["status"])
         for status, n in counts.by_status().items():
             jobs.add_metric([status], n)
@@ -124,7 +124,7 @@ class DatabaseCollector(Collector):
                                   labels=["kind", "status"])
         live = dict.fromkeys(((kind, str(status)) for kind in sorted(RANGE_KINDS)
                               for status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)), 0)
-        for (kind, status), n in (live | queue.counts_by_kind(conn)).items():
+        for (kind, status), n in (live | queue_counts.counts_by_kind(conn)).items():
             kinds.add_metric([kind, status], n)
         yield kinds
         yield GaugeMetricFamily("indexer_oldest_pending_job_age_seconds",

@@ -99,7 +99,7 @@ SET planner = %(planner)s, planner_pid = pg_backend_pid(), polled_at = now(),
 # The blocks indexed, and decoded, with no gap below them: up to the lowest block a live
 # `index_blocks` job (pending, running or failed) has still to write, else all that is planned;
 # decoding, up to the lowest block of a live `decode_logs` job. `run_at IS NOT NULL` keeps the
-# view to live jobs (its archived branch has no run_at), as `queue.BEYOND_THE_HEAD` does.
+# view to live jobs (its archived branch has no run_at), as `queue_counts.BEYOND_THE_HEAD` does.
 THROUGH = """
 SELECT (SELECT min(greatest(coalesce(cursor, first_block), first_block)) FROM block_ranges
         WHERE run_at IS NOT NULL AND first_block IS NOT NULL),

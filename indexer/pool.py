@@ -33,7 +33,7 @@ import time
 
 import psycopg
 
-from . import chain, db, exporter, follow, health, metrics, queue, reaper, signals, store, worker
+from . import chain, db, exporter, follow, health, metrics, queue_counts, reaper, signals, store, worker
 from .errors import IndexerError, first_line, redact
 from .rpc import RpcClient
 from .settings import Settings
@@ -273,8 +273,8 @@ class Pool:
             return 1
         if self.drain and not self.stopping:
             with db.connect(self.cfg.database_url) as c:
-                failed = queue.counts(c).failed
-                waiting = queue.waiting(c)
+                failed = queue_counts.counts(c).failed
+                waiting = queue_counts.waiting(c)
             code = 0
             if self.waiting_for_chain and not waiting.others and waiting.first is not None:
                 print(f"indexer work: drained up to the safe head {self.counters.safe_head.value}; jobs for blocks "

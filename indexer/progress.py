@@ -31,12 +31,10 @@ from datetime import datetime
 import psycopg
 
 from .block_range import JOB_KIND
-from .states import JobStatus
-
-_PENDING, _RUNNING, _DONE = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE))
+from .queue import DONE_SQL, PENDING_SQL, RUNNING_SQL
 
 # A live job put back by a worker at the safe head, to wait for the chain (above).
-_WAITS_FOR_THE_CHAIN = f"status = {_PENDING} AND attempts = 0 AND run_at > updated_at"
+_WAITS_FOR_THE_CHAIN = f"status = {PENDING_SQL} AND attempts = 0 AND run_at > updated_at"
 
 # Planned blocks, blocks indexed, blocks the workers have left, the lowest block of an
 # unfinished job not yet indexed, and the highest block of a finished one.
@@ -46,7 +44,7 @@ SELECT
     coalesce(sum(CASE WHEN finished_at IS NOT NULL THEN last_block - first_block + 1
                       ELSE coalesce(cursor, first_block) - first_block END), 0),
     coalesce(sum(last_block - coalesce(cursor, first_block) + 1)
-             FILTER (WHERE status IN ({_PENDING}, {_RUNNING})), 0),
+             FILTER (WHERE status IN ({PENDING_SQL}, {RUNNING_SQL})), 0),
     min(coalesce(cursor, first_block)) FILTER (WHERE finished_at IS NULL),
     coalesce(max(last_block) FILTER (WHERE finished_at IS NOT NULL), -1)
 FROM block_ranges
@@ -67,10 +65,10 @@ WHERE kind = %(kind)s AND {_WAITS_FOR_THE_CHAIN}
 SPEED = f"""
 WITH live AS (
     SELECT count(*) FILTER (WHERE NOT ({_WAITS_FOR_THE_CHAIN})) AS runnable, min(created_at) AS created
-    FROM jobs WHERE kind = %(kind)s AND status IN ({_PENDING}, {_RUNNING})
+    FROM jobs WHERE kind = %(kind)s AND status IN ({PENDING_SQL}, {RUNNING_SQL})
 ), span AS (
     SELECT CASE WHEN runnable > 0 THEN now()
-                ELSE coalesce((SELECT max(finished_at) FROM jobs_history WHERE kind = %(kind)s AND status = {_DONE}),
+                ELSE coalesce((SELECT max(finished_at) FROM jobs_history WHERE kind = %(kind)s AND status = {DONE_SQL}),
                               now()) END AS ended,
            created
     FROM live
@@ -78,7 +76,7 @@ WITH live AS (
     SELECT coalesce(sum(job_block_number(payload->'to') - job_block_number(payload->'from') + 1), 0) AS blocks,
            min(created_at) AS created
     FROM span, jobs_history
-    WHERE kind = %(kind)s AND status = {_DONE}
+    WHERE kind = %(kind)s AND status = {DONE_SQL}
       AND finished_at > span.ended - make_interval(secs => %(window)s) AND finished_at <= span.ended
 )
 SELECT span.ended, span.ended < now(), finished.blocks,

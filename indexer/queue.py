@@ -33,7 +33,7 @@ NOTIFY_CHANNEL = "indexer_jobs"
 # Statuses are written into the statements as literals, not bound: the claim's partial index
 # (`WHERE status = 'pending'`) can serve only a query whose predicate is that same literal, and
 # the workers' sessions run generic plans, which never see a parameter's value.
-_PENDING, _RUNNING, _DONE, _FAILED = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
+PENDING_SQL, RUNNING_SQL, DONE_SQL, FAILED_SQL = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
                                                          JobStatus.FAILED))
 
 ENQUEUE = """
@@ -50,7 +50,7 @@ NOTIFY = "SELECT pg_notify(%(channel)s, '')"
 
 CLAIM = f"""
 UPDATE jobs
-SET status = {_RUNNING},
+SET status = {RUNNING_SQL},
     attempts = attempts + 1,
     locked_by = %(worker)s,
     claim_token = gen_random_uuid(),
@@ -58,7 +58,7 @@ SET status = {_RUNNING},
     updated_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM jobs
-    WHERE status = {_PENDING} AND run_at <= now()
+    WHERE status = {PENDING_SQL} AND run_at <= now()
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -68,7 +68,7 @@ RETURNING id, kind, payload, attempts, claim_token, locked_until, cursor
 
 # Every statement that changes a running job matches its claim: a worker whose lease was taken
 # back (and perhaps claimed by another) changes nothing.
-_HELD = f"id = %(id)s AND claim_token = %(token)s AND status = {_RUNNING}"
+_HELD = f"id = %(id)s AND claim_token = %(token)s AND status = {RUNNING_SQL}"
 
 HEARTBEAT = f"""
 UPDATE jobs
@@ -91,7 +91,7 @@ WITH victim AS (
     FROM jobs j
     CROSS JOIN LATERAL (SELECT job_block_number(j.payload->'from') AS first_block,
                                job_block_number(j.payload->'to') AS last_block) r
-    WHERE j.status = {_RUNNING} AND j.kind = %(kind)s AND j.locked_until > now()
+    WHERE j.status = {RUNNING_SQL} AND j.kind = %(kind)s AND j.locked_until > now()
       AND r.last_block - greatest(r.first_block, coalesce(j.cursor, r.first_block)) + 1 >= 2 * %(min_blocks)s
     ORDER BY r.last_block - greatest(r.first_block, coalesce(j.cursor, r.first_block)) DESC, j.id
     LIMIT 1
@@ -115,11 +115,11 @@ _FINISH = f"""
 finished AS (
     DELETE FROM jobs AS j
     USING unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS d(id, token)
-    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = {_RUNNING}
+    WHERE j.id = d.id AND j.claim_token = d.token AND j.status = {RUNNING_SQL}
     RETURNING j.id, j.kind, j.payload, j.attempts, j.locked_by, j.last_error, j.created_at
 ), archived AS (
     INSERT INTO jobs_history (id, kind, payload, status, attempts, locked_by, last_error, created_at, finished_at)
-    SELECT id, kind, payload, {_DONE}, attempts, locked_by, last_error, created_at, now()
+    SELECT id, kind, payload, {DONE_SQL}, attempts, locked_by, last_error, created_at, now()
     FROM finished
     RETURNING id
 ), decode AS (
@@ -163,7 +163,7 @@ FROM (VALUES (1)) AS one LEFT JOIN claimed ON true
 # failure back off alike.
 _OUT_OF_ATTEMPTS = "{t}attempts >= %(max_attempts)s"
 _RELEASE = f"""
-    status = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {_FAILED} ELSE {_PENDING} END,
+    status = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {FAILED_SQL} ELSE {PENDING_SQL} END,
     run_at = CASE WHEN {_OUT_OF_ATTEMPTS} THEN {{t}}run_at
                   ELSE now() + make_interval(secs => least(3600, %(backoff_base)s
                                                                  * power(2, least({{t}}attempts, 20))
@@ -184,7 +184,7 @@ RETURNING status, extract(epoch FROM run_at - now())::float8 AS backoff_seconds
 # head, for shutdown and after a reconnect (delay 0).
 DEFER = f"""
 UPDATE jobs
-SET status = {_PENDING},
+SET status = {PENDING_SQL},
     attempts = greatest(attempts - 1, 0),
     run_at = now() + make_interval(secs => %(delay)s),
     locked_by = NULL, claim_token = NULL, locked_until = NULL,
@@ -196,7 +196,7 @@ RETURNING id
 REAP = f"""
 WITH expired AS (
     SELECT id, locked_by AS holder, attempts AS attempt FROM jobs
-    WHERE status = {_RUNNING} AND locked_until < now()
+    WHERE status = {RUNNING_SQL} AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -218,59 +218,10 @@ ENSURE_HISTORY_PARTITIONS = "SELECT jobs_history_ensure_partitions()"
 
 RETRY_FAILED = f"""
 UPDATE jobs
-SET status = {_PENDING}, attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
-WHERE status = {_FAILED}
+SET status = {PENDING_SQL}, attempts = 0, run_at = now(), finished_at = NULL, updated_at = now()
+WHERE status = {FAILED_SQL}
 RETURNING id
 """
-
-# Jobs by status (done: archived), running jobs whose lease has expired, and how long the oldest
-# claimable job has waited. What `indexer status` and the metrics show of the queue.
-COUNTS = f"""
-SELECT
-    count(*) FILTER (WHERE status = {_PENDING}),
-    count(*) FILTER (WHERE status = {_RUNNING}),
-    (SELECT count(*) FROM jobs_history WHERE status = {_DONE}),
-    count(*) FILTER (WHERE status = {_FAILED}),
-    count(*) FILTER (WHERE status = {_RUNNING} AND locked_until < now()),
-    extract(epoch FROM now() - min(run_at) FILTER (WHERE status = {_PENDING} AND run_at <= now()))::float8
-FROM jobs
-"""
-
-# Live jobs by kind and status (finished ones are counted by COUNTS, whatever their kind).
-COUNTS_BY_KIND = "SELECT kind, status, count(*) FROM jobs GROUP BY 1, 2"
-
-EXPIRED_LEASES = "SELECT count(*) FROM lease_expirations WHERE reaped_at > now() - make_interval(secs => %(window)s)"
-
-FAILED_JOBS = f"""
-SELECT id, kind, payload, attempts, last_error FROM jobs WHERE status = {_FAILED} ORDER BY id LIMIT %(limit)s
-"""
-
-# What KEDA's PostgreSQL scaler sizes the worker pods by (deploy/kubernetes/base/
-# worker-scaledobject.yaml holds this same text; tests/test_kubernetes.py checks and runs it):
-# the jobs claimable now and those running. Jobs deferred to later (backing off, beyond the safe
-# head) are not counted, so a queue holding only those scales to zero (down to the ScaledObject's
-# minReplicaCount: 1 while the pods follow the head, since a following pool's planner is what
-# makes the jobs); running ones are, so that the pods running them stay wanted. No parameters:
-# KEDA runs the text as it is.
-SCALER_DEMAND = f"SELECT count(*) FROM jobs WHERE (status = {_PENDING} AND run_at <= now()) OR status = {_RUNNING}"
-
-HAS_UNFINISHED_JOBS = f"SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ({_PENDING}, {_RUNNING}))"
-
-# Seconds until the earliest pending job may be claimed (negative: one is due now).
-NEXT_DUE = f"SELECT extract(epoch FROM min(run_at) - now())::float8 FROM jobs WHERE status = {_PENDING}"
-
-# For a draining worker that found nothing to claim: the unfinished jobs that may still make
-# progress whatever the chain's height (running ones, and pending ones without a block range),
-# then the blocks the pending block ranges start from (their cursor, past the batches already
-# written) and reach to. `run_at IS NOT NULL` keeps the view to live jobs: its archived branch
-# has no run_at, so the planner drops that branch without reading jobs_history.
-BEYOND_THE_HEAD = f"""
-SELECT (SELECT count(*) FROM jobs WHERE status IN ({_PENDING}, {_RUNNING})) - count(first_block),
-       min(greatest(cursor, first_block)), max(last_block)
-FROM block_ranges
-WHERE run_at IS NOT NULL AND status = {_PENDING}
-"""
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -290,29 +241,6 @@ class Reaped:
     id: int
     status: JobStatus  # PENDING (to be retried) or FAILED (out of attempts)
     backoff_seconds: float
-
-
-@dataclass(frozen=True)
-class Counts:
-    pending: int
-    running: int
-    done: int
-    failed: int
-    running_past_lease: int  # expired leases the reaper has yet to take back
-    oldest_pending_age_seconds: float | None  # of the jobs claimable now; None when none is
-
-    def by_status(self) -> dict[JobStatus, int]:
-        return {JobStatus.PENDING: self.pending, JobStatus.RUNNING: self.running, JobStatus.DONE: self.done,
-                JobStatus.FAILED: self.failed}
-
-
-@dataclass(frozen=True)
-class FailedJob:
-    id: int
-    kind: str
-    payload: Any
-    attempts: int
-    last_error: str | None
 
 
 def enqueue(
@@ -455,42 +383,3 @@ def retry_failed(conn: psycopg.Connection) -> int:
         if ids:
             notify(conn)
     return len(ids)
-
-
-def has_unfinished_jobs(conn: psycopg.Connection) -> bool:
-    return conn.execute(HAS_UNFINISHED_JOBS).fetchone()[0]
-
-
-def next_due_seconds(conn: psycopg.Connection) -> float | None:
-    return conn.execute(NEXT_DUE).fetchone()[0]
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """The unfinished jobs as a draining worker sees them (`waiting`)."""
-
-    others: int  # running, or pending with no block range: not waiting on the chain
-    first: int | None  # the lowest block a pending block range still has to index
-    last: int | None  # the highest block a pending block range reaches
-
-
-def waiting(conn: psycopg.Connection) -> Waiting:
-    return Waiting(*conn.execute(BEYOND_THE_HEAD).fetchone())
-
-
-def counts(conn: psycopg.Connection) -> Counts:
-    return Counts(*conn.execute(COUNTS).fetchone())
-
-
-def counts_by_kind(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
-    """Live jobs by (kind, status)."""
-    return {(kind, status): n for kind, status, n in conn.execute(COUNTS_BY_KIND)}
-
-
-def expired_leases(conn: psycopg.Connection, *, window_seconds: float = 3600.0) -> int:
-    """Leases the reaper took back within the window."""
-    return conn.execute(EXPIRED_LEASES, {"window": window_seconds}).fetchone()[0]
-
-
-def failed_jobs(conn: psycopg.Connection, *, limit: int = 20) -> list[FailedJob]:
-    return [FailedJob(*row) for row in conn.execute(FAILED_JOBS, {"limit": limit})]

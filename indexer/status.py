@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from . import endpoints, follow, partitions, progress, queue
+from . import endpoints, follow, partitions, progress, queue_counts
 from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES, JOB_KIND
 from .partitions import Partition
 from .progress import Progress
@@ -77,10 +77,10 @@ def following(conn: psycopg.Connection, lease_seconds: float) -> Following | Non
 @dataclass(frozen=True)
 class Status:
     at: datetime
-    counts: queue.Counts
+    counts: queue_counts.Counts
     progress: Progress
     expired_leases_last_hour: int
-    failed: list[queue.FailedJob]
+    failed: list[queue_counts.FailedJob]
     endpoints: tuple[endpoints.EndpointRate, ...] = ()  # RPC endpoints the workers used in the last minute
     partitions: tuple[Partition, ...] = ()  # of the chain tables
     by_kind: ByKind = field(default_factory=dict)  # jobs of each kind by status, the kinds in KIND_ORDER
@@ -102,10 +102,10 @@ def jobs_by_kind(conn: psycopg.Connection) -> ByKind:
 def gather(conn: psycopg.Connection, *, lease_seconds: float, failed_limit: int = 20) -> Status:
     return Status(
         at=datetime.now(timezone.utc),
-        counts=queue.counts(conn),
+        counts=queue_counts.counts(conn),
         progress=progress.measure(conn),
-        expired_leases_last_hour=queue.expired_leases(conn, window_seconds=3600),
-        failed=queue.failed_jobs(conn, limit=failed_limit),
+        expired_leases_last_hour=queue_counts.expired_leases(conn, window_seconds=3600),
+        failed=queue_counts.failed_jobs(conn, limit=failed_limit),
         endpoints=tuple(endpoints.summary(conn)),
         partitions=tuple(partitions.partitions(conn)),
         by_kind=jobs_by_kind(conn),

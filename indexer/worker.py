@@ -33,7 +33,7 @@ from typing import Callable
 
 import psycopg
 
-from . import db, decode_logs, endpoints, index_blocks, index_traces, logs, metrics, partitions, queue, rollback, signals, store
+from . import db, decode_logs, endpoints, index_blocks, index_traces, logs, metrics, partitions, queue, queue_counts, rollback, signals, store
 from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES
 from .block_range import JOB_KIND as INDEX_BLOCKS
 from .chain import ChainDataError, SafeHead
@@ -158,7 +158,7 @@ class Worker:
                 failures = 0
                 if job is not None:
                     job = self.run_claim(job)
-                elif self.drain and not queue.has_unfinished_jobs(self.conn):
+                elif self.drain and not queue_counts.has_unfinished_jobs(self.conn):
                     if partitions.enqueue_index_jobs(self.conn):  # what the reaper would enqueue next
                         continue
                     queue.notify(self.conn)  # the other draining workers look again now
@@ -202,7 +202,7 @@ class Worker:
         """True when nothing is running and every pending job starts beyond the safe head: no
         claim can make progress until the chain grows. The safe head is asked of the node again
         when the known one is below those jobs, as it may have moved up since."""
-        waiting = queue.waiting(self.conn)
+        waiting = queue_counts.waiting(self.conn)
         if waiting.others or waiting.first is None or waiting.last is None:
             return False
         try:
@@ -264,7 +264,7 @@ class Worker:
 
     def _wait_for_work(self) -> None:
         """Sleeps until a NOTIFY, the next deferred job is due, or the poll interval passes."""
-        due = queue.next_due_seconds(self.conn)
+        due = queue_counts.next_due_seconds(self.conn)
         timeout = self.cfg.poll_seconds if due is None else min(self.cfg.poll_seconds, max(due, 0.05))
         if self.drain:
             # A NOTIFY per completion would serialise commits, so nothing announces that a

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from indexer import planner, pool, queue
+from indexer import planner, pool, queue, queue_counts
 from indexer.cli import build_parser
 from indexer.settings import Settings
 from indexer.states import JobStatus
@@ -294,7 +294,7 @@ def scaler_query() -> str:
 
 
 def test_the_scaledobject_query_is_the_queue_modules():
-    assert scaler_query() == queue.SCALER_DEMAND
+    assert scaler_query() == queue_counts.SCALER_DEMAND
 
 
 def test_the_scaledobject_query_counts_the_jobs_claimable_now_or_running(conn):

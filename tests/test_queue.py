@@ -8,7 +8,7 @@ import uuid
 
 import psycopg
 
-from indexer import db, planner, queue
+from indexer import db, planner, queue, queue_counts
 from indexer.db import worker_session_options
 
 LEASE = 30.0
@@ -281,13 +281,13 @@ def test_status_counts_every_state(conn):
     a, b, c = queue.claim(conn, "w", lease_seconds=LEASE, limit=3)
     queue.complete(conn, a)
     queue.give_back(conn, b, "x", max_attempts=1, backoff_base=BACKOFF)
-    counts = queue.counts(conn)
+    counts = queue_counts.counts(conn)
     # Pending: two block ranges, and the decode job the completed one enqueued.
     assert counts.by_status() == {"pending": 3, "running": 1, "done": 1, "failed": 1}
     assert counts.running_past_lease == 0
     assert counts.oldest_pending_age_seconds is not None and counts.oldest_pending_age_seconds >= 0
     expire(conn, c.id)
-    assert queue.counts(conn).running_past_lease == 1
+    assert queue_counts.counts(conn).running_past_lease == 1
 
 
 def test_history_partitions_are_made_ahead_and_idempotently(conn):

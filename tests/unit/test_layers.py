@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "indexer"
 # Bottom to top. A new module goes in the lowest layer its imports allow.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base", {"errors", "states", "block_range", "wording", "urls", "signals", "settings", "logs", "db", "metrics"}),
-    ("queue", {"queue", "claims", "progress", "retention"}),
+    ("queue", {"queue", "queue_counts", "claims", "progress", "retention"}),
     ("chain", {"rpc_errors", "rpc_rate", "rpc_transport", "rpc_batch", "columns", "rows", "rlp_codec", "ordered_trie", "encodings", "json_encodings", "roots", "stored_roots", "traces", "rpc", "endpoints", "chain", "store", "forks", "prefetch",
                "heads", "health"}),
     ("decoding", {"abi_names", "abi_parse", "abi_decode", "abi", "token_transfers"}),

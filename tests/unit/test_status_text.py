@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from indexer.follow import Reorg, State, Through
 from indexer.progress import Progress
-from indexer.queue import Counts, FailedJob
+from indexer.queue_counts import Counts, FailedJob
 from indexer.states import JobStatus
 from indexer.status import Following, Status, as_json, duration, render
 
