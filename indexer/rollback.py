@@ -3,10 +3,10 @@
 A worker whose batch does not link to the stored blocks beside it (`forks.ForkMismatch`) asks
 `roll_back` before it defers its job. The blocks around the one at fault, as deep as a rollback
 may go on either side of it (INDEXER_MAX_REORG_DEPTH), are compared with the node's canonical
-hashes (`verify.against_node`); the orphans found are deleted only if the node passes the checks
+hashes (`verify_node.against_node`); the orphans found are deleted only if the node passes the checks
 of a manual repair (`forks.plan_rollback`: the chain the database records, its blocks linked from
 the fork point up, the fork point real, the depth within the bound), from every table that holds
-rows of a block, and planned again, in one transaction (`verify.replan_orphans`). The deferred job
+rows of a block, and planned again, in one transaction (`verify_node.replan_orphans`). The deferred job
 then links and completes.
 
 A refusal is not taken at the node's first word: a node switching forks (or a balancer switching
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import follow, forks, verify
+from . import follow, forks, verify_node
 from .errors import IndexerError, redact
 from .rows import ChainDataError
 from .rpc import RpcClient
@@ -61,7 +61,7 @@ def roll_back(conn: psycopg.Connection, client: RpcClient, mismatch: forks.ForkM
     command = f"indexer verify --from {start} --to {end} --against-node --repair"
     for comparison in range(1, COMPARISONS + 1):
         try:
-            report = verify.against_node(conn, client, start, end, repair=verify.Repair(cfg.chunk, depth))
+            report = verify_node.against_node(conn, client, start, end, repair=verify_node.Repair(cfg.chunk, depth))
         except (RpcError, ChainDataError) as exc:  # the node cannot be asked now: the job waits and tries again
             return RolledBack(False, f"cannot roll back now: {redact(str(exc))}")
         except IndexerError as exc:  # a node of another chain: nothing compared, nothing deleted

@@ -23,7 +23,6 @@ from __future__ import annotations
 import psycopg
 
 from .columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
-
 from .rows import Rows
 
 _B, _T, _L, _W = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS,

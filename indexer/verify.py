@@ -14,28 +14,20 @@ tests/test_verify.py) and from the registered ABIs' event tables (`abi.delete_bl
 nothing decoded from a block outlives it. The blocks whose traces were deleted get `index_traces`
 jobs beside their `index_blocks` ones.
 
-With `--against-node`, the stored hashes are compared with the node's canonical ones instead,
-window by window: orphans of a reorg link to each other and pass every check above. Blocks of
-the range up to the node's head that are not stored are reported too. Their repair, once the
-comparison is over, asks `forks.plan_rollback` whether the node may be trusted with the
-deletion (its chain, its answers linked, the fork point, the depth); if so it deletes every
-orphan's rows and plans them again, in one transaction, and if not it deletes nothing.
+With `--against-node`, the stored hashes are compared with the node's instead: `verify_node.py`.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import psycopg
 
-from . import abi, chain, follow, forks, queue, store, stored_roots
+from . import abi, queue, store, stored_roots
 from .block_range import INDEX_TRACES, JOB_KIND, cut
-from .errors import IndexerError
 from .planner import PLAN_LOCK
-from .rpc import RpcClient
 
 # Runs, stored hashes and jobs are read, compared and written this many at a time: what any
 # range holds in memory.
@@ -76,11 +68,6 @@ LEFT JOIN (SELECT block_number, count(*) AS n FROM logs
 WHERE b.number >= %(start)s AND b.number < %(end)s
   AND (b.transaction_count <> coalesce(t.n, 0) OR b.log_count <> coalesce(l.n, 0))
 ORDER BY b.number
-"""
-
-# The stored hashes of [after, end), by keyset, a window at a time.
-STORED_HASHES = """
-SELECT number, hash FROM blocks WHERE number >= %(after)s AND number < %(end)s ORDER BY number LIMIT %(limit)s
 """
 
 DELETE_BLOCKS = "DELETE FROM blocks WHERE number = ANY(%(numbers)s)"
@@ -215,7 +202,7 @@ def delete_blocks(conn: psycopg.Connection, numbers: list[int]) -> tuple[list[st
     return [*events, *BLOCK_TABLES], [n for n, in traced]
 
 
-def _delete(conn: psycopg.Connection, numbers: list[int], chunk: int, window: int) -> int:
+def delete_and_replan_traces(conn: psycopg.Connection, numbers: list[int], chunk: int, window: int) -> int:
     """Deletes the rows of `numbers`, `window` blocks at a time, and plans the traces of those
     that had traces; returns the `index_traces` jobs planned."""
     traced = Planned(conn, chunk, window, INDEX_TRACES)
@@ -239,7 +226,7 @@ def repair(conn: psycopg.Connection, report: Report, chunk: int, *, window: int 
         for run in merge_runs(gaps, ranges(suspects)):
             planned.add(run)
         planned.flush()
-        _delete(conn, suspects, chunk, window)
+        delete_and_replan_traces(conn, suspects, chunk, window)
     return planned.jobs
 
 
@@ -247,7 +234,7 @@ PROBLEMS = (("broken_links", "broken parent links below blocks"),
             ("wrong_counts", "blocks with wrong transaction or log counts"))
 
 
-def _runs(runs: list[Run], shown: int, more: bool = False) -> str:
+def runs_text(runs: list[Run], shown: int, more: bool = False) -> str:
     text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs[:shown])
     return text + (", ..." if more or len(runs) > shown else "")
 
@@ -259,8 +246,8 @@ def describe(report: Report, start: int, end: int, *, shown: int = SHOWN) -> lis
     lines = []
     if report.missing:
         listed = sum(last - first + 1 for first, last in report.missing_runs[:shown])
-        lines.append(f"{report.missing:,} missing blocks: {_runs(report.missing_runs, shown, listed < report.missing)}")
-    lines += [f"{len(numbers):,} {what}: {_runs(ranges(numbers), shown)}"
+        lines.append(f"{report.missing:,} missing blocks: {runs_text(report.missing_runs, shown, listed < report.missing)}")
+    lines += [f"{len(numbers):,} {what}: {runs_text(ranges(numbers), shown)}"
               for attribute, what in PROBLEMS if (numbers := getattr(report, attribute))]
     return lines
 
@@ -274,7 +261,7 @@ def describe_roots(proof: stored_roots.RootsReport, *, shown: int = SHOWN) -> li
     if proof.stored_before_columns:
         lines.append(f"roots: {len(proof.stored_before_columns):,} block(s) stored before migration 005 added the"
                      f" fields their roots need (--repair indexes them again): "
-                     f"{_runs(ranges(proof.stored_before_columns), shown)}")
+                     f"{runs_text(ranges(proof.stored_before_columns), shown)}")
     for reason, blocks in proof.unprovable.most_common():
         lines.append(f"roots: {blocks:,} block(s) cannot be proven here: {reason}")
     return lines
@@ -294,197 +281,4 @@ def run(conn: psycopg.Connection, start: int, end: int, *, repair_with_chunk: in
         jobs = repair(conn, report, repair_with_chunk)
         blocks = report.missing + len(report.stored_suspects())
         print(f"repair: planned {jobs} job(s) for {blocks:,} block(s)")
-    return report.ok
-
-
-# -- against the node ------------------------------------------------------------------------------
-
-
-class Runs:
-    """Numbers given in ascending order, as runs: counted, the first `shown` kept, and each run
-    handed to `closed` once it ends."""
-
-    def __init__(self, shown: int = SHOWN, closed: Callable[[Run], None] | None = None) -> None:
-        self.shown, self.closed = shown, closed
-        self.count = 0
-        self.kept: list[Run] = []
-        self.more = False  # runs past the first `shown`
-        self._open: Run | None = None
-
-    def add(self, n: int) -> None:
-        self.count += 1
-        if self._open is not None and self._open[1] == n - 1:
-            self._open = (self._open[0], n)
-            return
-        self.finish()
-        self._open = (n, n)
-
-    def finish(self) -> None:
-        if self._open is None:
-            return
-        if len(self.kept) < self.shown:
-            self.kept.append(self._open)
-        else:
-            self.more = True
-        if self.closed is not None:
-            self.closed(self._open)
-        self._open = None
-
-
-@dataclass
-class NodeReport:
-    head: int  # the node's head when the comparison began
-    compared: int = 0  # stored blocks at or below it
-    top: int | None = None  # the highest of them
-    orphaned: Runs = field(default_factory=Runs)  # stored hash differs from the node's
-    above_head: Runs = field(default_factory=Runs)  # stored, but the node has no such block yet
-    missing: int = 0  # blocks of the range, up to the node's head, with no row
-    missing_runs: list[Run] = field(default_factory=list)  # the first SHOWN of them
-    repaired_jobs: int | None = None  # with repair: the jobs planned
-    repaired_blocks: int = 0  # with repair: the orphans deleted
-    rollback: forks.Rollback | None = None  # with repair: what the node's checks allowed
-    refused: forks.Refusal | None = None  # with repair: why nothing was deleted
-
-    @property
-    def ok(self) -> bool:
-        return not (self.orphaned.count or self.above_head.count or self.missing)
-
-
-def _node_hash(n: int, block: object) -> bytes:
-    if not isinstance(block, dict) or not isinstance(block.get("hash"), str):
-        raise IndexerError(f"the node has no block {n}, below its head: cannot compare it")
-    try:
-        return bytes.fromhex(block["hash"].removeprefix("0x"))
-    except ValueError:
-        raise IndexerError(f"block {n}: the node answered a hash that is not hex: {block['hash'][:80]!r}") from None
-
-
-@dataclass(frozen=True)
-class Repair:
-    """What `--repair` does with the orphans `--against-node` finds."""
-
-    chunk: int  # blocks per job planned
-    max_depth: int  # the deepest reorg repaired (`forks.plan_rollback`)
-
-
-def against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                 repair: Repair | None = None, window: int = WINDOW) -> NodeReport:
-    """Compares the stored hashes of [start, end) with the node's canonical ones, `window` blocks
-    at a time (one batch of eth_getBlockByNumber(n, false) each), outside any transaction, and
-    counts the blocks up to the node's head that are not stored. With `repair`, the orphans' runs
-    are then checked against the node (`forks.plan_rollback`), and deleted and planned again in
-    one short transaction, or, refused, left alone: the round trips to the node never hold the
-    plan lock. IndexerError for a node of another chain: nothing is compared."""
-    if (other := forks.other_chain(conn, client)) is not None:
-        raise IndexerError(f"{other}: nothing compared")
-    report = NodeReport(head=chain.head(client))
-    orphan_runs: list[Run] = []  # runs, not numbers: a reorg leaves one run from its fork point
-    report.orphaned = Runs(closed=orphan_runs.append)
-    after = start
-    while True:
-        stored = conn.execute(STORED_HASHES, {"after": after, "end": end, "limit": window}).fetchall()
-        below = [(n, bytes(h)) for n, h in stored if n <= report.head]
-        answers = client.batch([("eth_getBlockByNumber", (hex(n), False)) for n, _ in below]) if below else []
-        for (n, h), block in zip(below, answers):
-            if _node_hash(n, block) != h:
-                report.orphaned.add(n)
-        for n, _ in stored[len(below):]:
-            report.above_head.add(n)
-        report.compared += len(below)
-        if below:
-            report.top = below[-1][0]
-        if len(stored) < window:
-            break
-        after = stored[-1][0] + 1
-    report.orphaned.finish()
-    report.above_head.finish()
-    # Blocks the node has and the database lacks: a job that met the fork and still waits, or
-    # blocks deleted and not indexed again.
-    up_to_head = min(end, report.head + 1)
-    if start < up_to_head:
-        params = {"start": start, "end": up_to_head}
-        report.missing = up_to_head - start - conn.execute(STORED_BLOCKS, params).fetchone()[0]
-        if report.missing:
-            report.missing_runs = conn.execute(
-                MISSING_RUNS, {"after": start, "end": up_to_head, "limit": SHOWN}).fetchall()
-    if repair is not None and orphan_runs:
-        assert report.top is not None  # every orphan was compared
-        plan = forks.plan_rollback(conn, client, orphan_runs, report.top, max_depth=repair.max_depth, window=window,
-                                   compared_from=start)
-        if isinstance(plan, forks.Refusal):
-            report.refused = plan
-        else:
-            report.rollback = plan
-            report.repaired_jobs, report.repaired_blocks = replan_orphans(conn, plan, repair.chunk, window=window)
-    return report
-
-
-# The orphans as they are stored now, locked until the repair commits: a block written since the
-# comparison with the node's canonical hash (another repair, then its job) is no orphan any more.
-LOCK_ORPHANS = "SELECT number, hash FROM blocks WHERE number = ANY(%(numbers)s) ORDER BY number FOR UPDATE"
-
-
-def replan_orphans(conn: psycopg.Connection, plan: forks.Rollback, chunk: int, *,
-                   window: int = WINDOW) -> tuple[int, int]:
-    """Deletes the rows of every orphan of `plan` and plans jobs for them, in one transaction,
-    with the reorg recorded (`follow.record_reorg`, which also ends a halt of the following).
-    Under the plan lock, which serialises repairs, only the blocks still stored with a hash other
-    than the node's are orphans: two workers that met the same fork delete it once. Returns the
-    jobs planned and the blocks deleted."""
-    with conn.transaction():
-        conn.execute(PLAN_LOCK)
-        numbers = list(itertools.chain.from_iterable(range(first, last + 1) for first, last in plan.orphans))
-        orphans = []
-        for i in range(0, len(numbers), window):
-            rows = conn.execute(LOCK_ORPHANS, {"numbers": numbers[i:i + window]}).fetchall()
-            orphans += [n for n, h in rows if bytes(h) != plan.canonical.get(n)]
-        if not orphans:
-            return 0, 0
-        planned = Planned(conn, chunk, window)
-        for run in ranges(orphans):
-            planned.add(run)
-        planned.flush()
-        _delete(conn, orphans, chunk, window)
-        follow.record_reorg(conn, anchor=plan.anchor, first=orphans[0], last=orphans[-1],
-                            depth=orphans[-1] - plan.anchor, rolled_back=True)
-    return planned.jobs, len(orphans)
-
-
-def describe_against_node(report: NodeReport, start: int, end: int) -> list[str]:
-    """What `indexer verify --against-node` prints."""
-    lines = []
-    if report.orphaned.count:
-        lines.append(f"{report.orphaned.count:,} orphaned blocks (stored hash differs from the node's): "
-                     f"{_runs(report.orphaned.kept, SHOWN, report.orphaned.more)}")
-    if report.missing:
-        listed = sum(last - first + 1 for first, last in report.missing_runs)
-        lines.append(f"{report.missing:,} missing blocks (not stored, at or below the node's head {report.head:,}): "
-                     f"{_runs(report.missing_runs, SHOWN, listed < report.missing)}")
-    if report.above_head.count:
-        lines.append(f"{report.above_head.count:,} stored blocks above the node's head {report.head:,}, not compared: "
-                     f"{_runs(report.above_head.kept, SHOWN, report.above_head.more)}")
-    if not lines:
-        lines.append(f"blocks {start:,}..{end - 1:,}: all {report.compared:,} stored block(s) have the node's hash")
-    if report.repaired_jobs is not None:
-        lines.append(f"repair: deleted {report.repaired_blocks:,} orphaned block(s) and planned"
-                     f" {report.repaired_jobs} job(s) for them")
-    return lines
-
-
-def refusal_line(refused: forks.Refusal) -> str:
-    """The one line of a refused repair."""
-    beyond = (f" (INDEXER_MAX_REORG_DEPTH; `--max-depth {refused.depth}` deletes them)"
-              if refused.depth is not None else "")
-    return f"repair refused: {refused.reason}{beyond}; nothing deleted"
-
-
-def run_against_node(conn: psycopg.Connection, client: RpcClient, start: int, end: int, *,
-                     repair: Repair | None) -> bool:
-    """`indexer verify --against-node`: compares, prints, repairs when asked. True: all is well.
-    IndexerError, after the report, for a repair refused."""
-    report = against_node(conn, client, start, end, repair=repair)
-    for line in describe_against_node(report, start, end):
-        print(line)
-    if report.refused is not None:
-        raise IndexerError(refusal_line(report.refused))
     return report.ok

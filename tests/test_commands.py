@@ -127,7 +127,7 @@ def test_version_is_the_package_s():
 def test_every_command_s_help_describes_it():
     import argparse
 
-    from indexer.cli import build_parser
+    from indexer.cli_parser import build_parser
 
     def commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
         (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

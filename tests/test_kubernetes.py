@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from indexer import planner, pool, queue, queue_counts
-from indexer.cli import build_parser
+from indexer.cli_parser import build_parser
 from indexer.settings import Settings
 from indexer.states import JobStatus
 from indexer.testing.cluster import REPO

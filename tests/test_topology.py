@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from indexer import planner, pool
-from indexer.cli import build_parser
+from indexer.cli_parser import build_parser
 from indexer.settings import Settings
 from indexer.testing.anvil import Anvil
 from indexer.testing.cluster import REPO

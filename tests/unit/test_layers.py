@@ -20,8 +20,8 @@ LAYERS: list[tuple[str, set[str]]] = [
                "heads", "health"}),
     ("decoding", {"abi_names", "abi_parse", "abi_decode", "abi", "token_transfers"}),
     ("jobs", {"job_context", "index_blocks", "decode_logs", "index_traces", "partitions", "planner", "reaper"}),
-    ("operations", {"follow", "verify", "rollback", "status", "exporter", "worker", "pool"}),
-    ("cli", {"cli"}),
+    ("operations", {"follow", "verify", "verify_node", "rollback", "status", "exporter", "worker", "pool"}),
+    ("cli", {"cli_parser", "cli"}),
 ]
 
 

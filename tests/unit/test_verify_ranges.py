@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from indexer.verify import NodeReport, Report, Runs, describe, describe_against_node, merge_runs, ranges
+from indexer.verify import Report, describe, merge_runs, ranges
+from indexer.verify_node import NodeReport, Runs, describe_against_node
 
 
 def test_numbers_become_inclusive_runs():
