@@ -11,13 +11,8 @@ import pytest
 import requests
 
 from indexer.testing import fixtures
-from indexer.testing.replay import (
-    ALCHEMY_RATE_LIMITED,
-    INFURA_RATE_LIMITED,
-    PRUNED_HISTORY,
-    RESPONSE_TOO_LARGE,
-    ReplayNode,
-)
+from indexer.testing.node_errors import ALCHEMY_RATE_LIMITED, INFURA_RATE_LIMITED, PRUNED_HISTORY, RESPONSE_TOO_LARGE
+from indexer.testing.replay import ReplayNode
 
 TEST_CHAIN = 3503995874084926  # the chain id of execution-apis' test chain (tests/fixtures/README.md)
 ERAS = ["mainnet-47218", "mainnet-1755635", "mainnet-18000000", "arbitrum-sepolia-185232421",

@@ -23,7 +23,8 @@ import requests
 from indexer import db, traces
 from indexer.testing import fixtures
 from indexer.testing.faultproxy import FaultProxy
-from indexer.testing.replay import TRACES, ReplayNode, recorded_trace
+from indexer.testing.fixtures import TRACES, recorded_trace
+from indexer.testing.replay import ReplayNode
 
 from .conftest import create_database, drop_database, run_indexer
 

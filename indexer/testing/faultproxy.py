@@ -60,15 +60,12 @@ import orjson
 import requests
 
 from .loopback import LoopbackServer, send
+from .node_errors import BATCH_TOO_LARGE, PRUNED_HISTORY, RESPONSE_TOO_LARGE
 
 FAULTS = ("http500", "http429", "timeout", "truncate", "reorder", "html")
 NAMED_FAULTS = ("http413", "http429_bare", "limit_exceeded")
 ECHOES = ("html", "html200", "json", "call", "key")
 
-# go-ethereum rpc/errors.go and core/history/historymode.go.
-RESPONSE_TOO_LARGE = {"code": -32003, "message": "response too large"}
-BATCH_TOO_LARGE = {"code": -32600, "message": "batch too large"}
-PRUNED_HISTORY = {"code": 4444, "message": "pruned history unavailable"}
 LIMIT_EXCEEDED = {"code": -32005, "message": "limit exceeded"}
 
 

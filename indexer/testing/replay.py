@@ -44,65 +44,14 @@ from typing import Any, Literal
 import orjson
 
 from . import fixtures
+from .fixtures import TRACES, recorded_trace
 from .loopback import LoopbackServer, send
-
-# go-ethereum rpc/errors.go (methodNotFoundError): code -32601, "the method %s does not
-# exist/is not available".
-METHOD_NOT_FOUND = -32601
-# go-ethereum rpc/errors.go: errcodeResponseTooLarge = -32003, errMsgResponseTooLarge; rpc/handler.go
-# answers each call of a batch left once the batch's responses pass BatchResponseMaxSize with it.
-RESPONSE_TOO_LARGE = {"code": -32003, "message": "response too large"}
-# go-ethereum rpc/errors.go errMsgBatchTooLarge, an invalidRequestError (-32600); rpc/handler.go
-# respondWithBatchTooLarge sends it once, in a batch of one, with the id of the first call.
-BATCH_TOO_LARGE = {"code": -32600, "message": "batch too large"}
-# go-ethereum core/history/historymode.go PrunedHistoryError (since v1.15.8, PR #31361), returned
-# by eth/api_backend.go for blocks below the history pruning cutoff.
-PRUNED_HISTORY = {"code": 4444, "message": "pruned history unavailable"}
-# Infura's answer over its request rate: code -32005 ("exceeded project rate limit" in alloy-rs/alloy
-# crates/json-rpc/src/response/payload.rs, whose retry policy keys on it) with this message, which
-# public clients' retry code matches verbatim; "Limit exceeded" is EIP-1474's name for -32005.
-INFURA_RATE_LIMITED = {"code": -32005, "message": "project ID request rate exceeded"}
-# Alchemy answers HTTP 429 over its compute-unit rate (alchemy.com/docs/reference/throughput),
-# with this error, quoted verbatim in BobTheBuidler/eth_retry eth_retry/eth_retry.py.
-ALCHEMY_RATE_LIMITED = {
-    "code": 429,
-    "message": "Your app has exceeded its compute units per second capacity. If you have retries "
-               "enabled, you can safely ignore this message. If not, check out "
-               "https://docs.alchemy.com/reference/throughput",
-}
-# go-ethereum rpc/json.go / handler.go texts for malformed requests.
-PARSE_ERROR = {"code": -32700, "message": "parse error"}
-EMPTY_BATCH = {"code": -32600, "message": "empty batch"}
-INVALID_REQUEST = {"code": -32600, "message": "invalid request"}
+from .node_errors import (ALCHEMY_RATE_LIMITED, BATCH_TOO_LARGE, EMPTY_BATCH, INFURA_RATE_LIMITED, INVALID_REQUEST,
+                          METHOD_NOT_FOUND, PARSE_ERROR, PRUNED_HISTORY, RESPONSE_TOO_LARGE)
 
 _TAGS_HIGHEST = ("latest", "pending", "finalized", "safe")
 
-# The recorded tracer answers of each recorded block (tests/fixtures/traces; sources in
-# tests/fixtures/README.md, "Traces (issue 26)"): per method, one file for the block's methods
-# (debug_traceBlockByHash, trace_block), one per transaction, in order, for the others.
-TRACES: dict[str, dict[str, str | list[str]]] = {
-    "optimism-goerli-5003318": {
-        "debug_traceBlockByHash": "optimism-rosetta-debug_traceBlockByHash-call-tracer-optimism-goerli-5003318.json",
-        "debug_traceTransaction": ["optimism-rosetta-debug_traceTransaction-call-tracer-optimism-goerli-5003318-0.json",
-                                   "optimism-rosetta-debug_traceTransaction-call-tracer-optimism-goerli-5003318-1.json"],
-    },
-    # Only the transaction's trace was recorded: the block's form answers -32601.
-    "optimism-sepolia-4089330": {
-        "debug_traceTransaction": ["optimism-rosetta-debug_traceTransaction-call-tracer-optimism-sepolia-4089330-0.json"],
-    },
-}
 TRACE_METHODS = ("debug_traceBlockByHash", "debug_traceTransaction", "trace_block", "trace_transaction")
-
-
-def recorded_trace(file: str) -> Any:
-    """A recorded tracer answer's result, whatever envelope its source stored it in: erigon
-    rpc-tests' request/response pairs, a JSON-RPC response, or the bare result."""
-    data = orjson.loads((fixtures.FIXTURES / "traces" / file).read_bytes())
-    if isinstance(data, list) and data and isinstance(data[0], dict) and "response" in data[0]:
-        return data[0]["response"]["result"]
-    if isinstance(data, dict) and "jsonrpc" in data:
-        return data["result"]
-    return data
 
 
 class _InvalidParams(Exception):

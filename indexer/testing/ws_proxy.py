@@ -22,10 +22,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 from websockets.sync.server import Server, ServerConnection, serve
 
+from .node_errors import METHOD_NOT_FOUND
+
 SUBSCRIBE_AS = ("relay", "error", "garbage")
 
-# go-ethereum rpc/errors.go (methodNotFoundError).
-METHOD_NOT_FOUND = -32601
 
 
 class WsProxy:

@@ -116,3 +116,10 @@ def test_a_back_import_and_a_circle_are_caught():
     assert upward(graph, layers) == ["index_blocks (jobs) -> worker (operations)"]
     assert circles(graph) == [["index_blocks", "worker"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    """A module reads in one sitting: past 400 lines it holds more than one concern."""
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
