@@ -43,11 +43,10 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
+from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds
 
-from indexer.testing.mainnet_server import NodeProcess  # noqa: E402
-from indexer.testing.processes import cpu_seconds, descendants, stat  # noqa: E402
+from indexer.testing.mainnet_server import NodeProcess
+from indexer.testing.processes import cpu_seconds, descendants, stat
 
 STORED = "SELECT count(*), coalesce(sum(transaction_count), 0), coalesce(sum(log_count), 0) FROM blocks"
 # Bytes of each chain table's partitions: the table (heap and TOAST) and its indexes.

@@ -20,16 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds  # noqa: E402
+from bench_backfill import INDEXER, drop_database, fresh_database, machine_busy_seconds
 
-from indexer.testing.mainnet_server import NodeProcess  # noqa: E402
+from indexer.testing.mainnet_server import NodeProcess
 
 QUERY_INDEXES = "SELECT index_name, create_sql, drop_sql FROM chain_query_indexes(%(first)s, %(online)s)"
 ROWS = """

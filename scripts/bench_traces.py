@@ -37,17 +37,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backfill import INDEXER, LAST_RANGE_INDEXED, Cores, drain, drop_database, fresh_database  # noqa: E402
-from bench_growth import WORKERS, DatabaseCpu  # noqa: E402
+from bench_backfill import INDEXER, LAST_RANGE_INDEXED, Cores, drain, drop_database, fresh_database
+from bench_growth import WORKERS, DatabaseCpu
 
-from indexer.testing.anvil import Anvil, build_dense  # noqa: E402
-from indexer.testing.cluster import postgres_at  # noqa: E402
-from indexer.testing.mainnet_server import NodeProcess  # noqa: E402
+from indexer.testing.anvil import Anvil, build_dense
+from indexer.testing.cluster import postgres_at
+from indexer.testing.mainnet_server import NodeProcess
 
 STORED = "SELECT count(*), coalesce(sum(transaction_count), 0) FROM blocks"
 TRACES = "SELECT count(*) FROM traces"
