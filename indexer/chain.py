@@ -17,7 +17,8 @@ import re
 from typing import Any
 
 from . import metrics, roots
-from .rows import ChainDataError, Rows, decode  # noqa: F401 (decode and Rows re-exported)
+from .errors import ChainDataError
+from .rows import Rows, decode  # noqa: F401 (decode and Rows re-exported)
 from .rpc import RpcClient
 from .rpc_batch import Fallback
 from .rpc_errors import ERROR, UNSUPPORTED, RpcError

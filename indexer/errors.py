@@ -132,5 +132,9 @@ class IndexerError(Exception):
         super().__init__(redact(" ".join(message.split())))
 
 
+class ChainDataError(IndexerError):
+    """The node's answers disagree with each other (or a block is missing): refetch, then fail."""
+
+
 class DatabaseUnavailable(IndexerError):
     """The database cannot be reached, or refused us."""

@@ -25,7 +25,8 @@ from typing import Sequence
 import psycopg
 
 from . import chain, store
-from .rows import ChainDataError, Rows
+from .errors import ChainDataError
+from .rows import Rows
 from .rpc import RpcClient
 
 Run = tuple[int, int]  # first, last: inclusive

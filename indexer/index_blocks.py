@@ -27,7 +27,8 @@ import tenacity
 
 from . import chain, forks, metrics, queue, store
 from .block_range import BlockRange
-from .chain import ChainDataError, Rows
+from .chain import Rows
+from .errors import ChainDataError
 from .claims import LOST, Ended, LostClaim, Stopping, Unrunnable
 from .prefetch import Batches
 from .queue import Claim

@@ -36,7 +36,7 @@ from .block_range import BlockRange
 from .chain import CHAIN_DATA_ATTEMPTS
 from .claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable
 from .queue import Claim
-from .rows import ChainDataError
+from .errors import ChainDataError
 from .rpc import RpcClient
 from .rpc_batch import Fallback
 from .rpc_errors import UNSUPPORTED, RpcError

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 import psycopg
 
 from . import follow, forks, verify_node
-from .errors import IndexerError, redact
-from .rows import ChainDataError
+from .errors import ChainDataError, IndexerError, redact
 from .rpc import RpcClient
 from .rpc_errors import RpcError
 from .settings import Settings

@@ -20,7 +20,8 @@ from .encodings import EMPTY_BLOOM, Uncheckable, transaction_type
 from .json_encodings import encode_receipt_json, encode_transaction_json, encode_withdrawal_json
 from .ordered_trie import EMPTY_ROOT_HEX, ZERO_HASH_HEX, ordered_trie_root
 from .rlp_codec import keccak
-from .rows import ZERO_BLOOM, ChainDataError
+from .errors import ChainDataError
+from .rows import ZERO_BLOOM
 
 
 class RootMismatch(ChainDataError):

@@ -31,11 +31,7 @@ import orjson
 from .columns import (BLOCK_CHECKED, BLOCK_COLUMNS, BLOCK_KEYS, LOG_CHECKED, LOG_COLUMNS, LOG_KEYS, RECEIPT_CHECKED,
                       RECEIPT_KEYS, TRANSACTION_CHECKED, TRANSACTION_COLUMNS, TRANSACTION_KEYS, WITHDRAWAL_CHECKED,
                       WITHDRAWAL_COLUMNS, WITHDRAWAL_KEYS)
-from .errors import IndexerError
-
-
-class ChainDataError(IndexerError):
-    """The node's answers disagree with each other (or a block is missing): refetch, then fail."""
+from .errors import ChainDataError
 
 
 # The tabs in the part of a line `_checked` checks: the columns before those checked on their own.

@@ -8,8 +8,7 @@ import re
 from typing import Any
 
 
-from .errors import IndexerError
-from .rows import ChainDataError
+from .errors import ChainDataError, IndexerError
 
 
 # How a JSON-RPC error is read. Sources of the texts and codes:

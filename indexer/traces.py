@@ -34,7 +34,7 @@ import re
 
 import orjson
 
-from .rows import ChainDataError
+from .errors import ChainDataError
 
 CALL_TYPES = ("CALL", "DELEGATECALL", "STATICCALL", "CALLCODE", "CREATE", "CREATE2", "SELFDESTRUCT", "REWARD")
 

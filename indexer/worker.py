@@ -36,9 +36,9 @@ import psycopg
 from . import db, decode_logs, endpoints, index_blocks, index_traces, logs, metrics, partitions, queue, queue_counts, rollback, signals, store
 from .block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES
 from .block_range import JOB_KIND as INDEX_BLOCKS
-from .chain import ChainDataError, SafeHead
+from .chain import SafeHead
+from .errors import ChainDataError, Secrets, first_line, redact
 from .claims import LOST, Ended, HeldClaims, LostClaim, Stopping, Unready, Unrunnable
-from .errors import Secrets, first_line, redact
 from .forks import ForkMismatch
 from .job_context import Counting, JobContext
 from .prefetch import Batches, Prefetcher

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.chain import ChainDataError, decode, fetch
+from indexer.chain import decode, fetch
+
+from indexer.errors import ChainDataError
 from indexer.rpc import RpcClient
 
 

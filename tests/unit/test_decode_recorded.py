@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from indexer.testing.fixtures import FIXTURES
-from indexer.chain import ChainDataError, decode
+from indexer.chain import decode
+from indexer.errors import ChainDataError
 from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 
 RECORDED = FIXTURES

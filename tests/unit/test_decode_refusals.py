@@ -8,7 +8,9 @@ import copy
 
 import pytest
 
-from indexer.chain import ChainDataError, decode
+from indexer.chain import decode
+
+from indexer.errors import ChainDataError
 from indexer.testing import fixtures
 
 N = 18_000_000

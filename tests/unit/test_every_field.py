@@ -18,7 +18,8 @@ import pytest
 
 from indexer import columns as C
 from indexer import rows as R
-from indexer.chain import ChainDataError, decode
+from indexer.chain import decode
+from indexer.errors import ChainDataError
 from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import load, names
 

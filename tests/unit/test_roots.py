@@ -19,7 +19,7 @@ import pytest
 import rlp
 
 from indexer import encodings, json_encodings, ordered_trie, rlp_codec
-from indexer.chain import ChainDataError
+from indexer.errors import ChainDataError
 from indexer.roots import RootMismatch, check_block
 from indexer.testing import fixtures
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from indexer import traces
-from indexer.rows import ChainDataError
+from indexer.errors import ChainDataError
 
 A, B, C = "0x" + "aa" * 20, "0x" + "bb" * 20, "0x" + "cc" * 20
 TX = "0x" + "11" * 32

@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from indexer import index_traces, traces
-from indexer.rows import ChainDataError
+from indexer.errors import ChainDataError
 
 from .test_traces import BLOCK_HASH, TX, A, B, C
 
