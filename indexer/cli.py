@@ -12,13 +12,17 @@ from typing import Sequence
 import psycopg
 import pydantic
 
-from . import abi, db, exporter, planner, pool, queue, reaper, retention, settings, signals, status, verify, verify_node
-from .abi_names import short
+from .base import db, settings, signals
+from .base.errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
+from .base.logs import configure as configure_logs
+from .base.wording import counted
 from .cli_parser import EXIT_USAGE, build_parser
-from .errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
-from .logs import configure as configure_logs
-from .rpc import RpcClient
-from .wording import counted
+from .decoding import abi
+from .decoding.abi_names import short
+from .jobqueue import queue, retention
+from .jobs import planner, reaper
+from .node.rpc import RpcClient
+from .operations import exporter, pool, status, verify, verify_node
 
 EXIT_RUNTIME = 1
 EXIT_INTERRUPTED = 130  # as a shell reports a command killed by SIGINT

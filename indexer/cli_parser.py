@@ -12,10 +12,13 @@ from importlib import metadata
 from typing import Callable, NoReturn
 
 
-from . import abi_parse, planner, retention, settings
-from .block_range import MAX_END
-from .errors import redact
-from .settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
+from .base import settings
+from .base.block_range import MAX_END
+from .base.errors import redact
+from .base.settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
+from .decoding import abi_parse
+from .jobqueue import retention
+from .jobs import planner
 
 EXIT_USAGE = 2
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]

@@ -48,16 +48,19 @@ import psycopg
 import requests
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, partitions, store, token_transfers
-from indexer.rpc import RpcClient
+from indexer.base import db
+from indexer.base.db import worker_session_options
+from indexer.base.settings import DEFAULT_BATCH_TRANSACTIONS
+from indexer.chaindata import chain, store
+from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.chaindata.prefetch import batch_blocks
+from indexer.decoding import token_transfers
+from indexer.jobs import partitions
+from indexer.node.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.mainnet_eras import block_hash
 from indexer.testing.mainnet_server import NodeProcess
 from indexer.testing.processes import cpu_seconds, descendants
-from indexer.db import worker_session_options
-from indexer.prefetch import batch_blocks
-from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
-from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 

@@ -41,8 +41,9 @@ import psycopg
 import requests
 from psycopg.conninfo import make_conninfo
 
-from indexer import queue, token_transfers
-from indexer.block_range import DECODE_LOGS, cut
+from indexer.base.block_range import DECODE_LOGS, cut
+from indexer.decoding import token_transfers
+from indexer.jobqueue import queue
 from indexer.testing.anvil import Anvil
 from indexer.testing.contracts import compile, deploy
 

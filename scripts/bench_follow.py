@@ -8,7 +8,7 @@
   (INDEXER_HEAD_POLL_SECONDS=0.5). Once the pool has caught up with the node, this process's
   own threads watch: one asks the node `eth_blockNumber` every 50 ms and records when each block
   first shows there; one asks the database every 20 ms which blocks are stored (`blocks`) and
-  how far they are decoded (`follow.progress(conn).decoded`). A block's lag is from when it first
+  how far they are decoded (`follow_state.progress(conn).decoded`). A block's lag is from when it first
   showed at the node until it showed stored, and until decoded. Prints p50/p99/max, and the same
   for the first and the last minute of the run (its halves if it is shorter than two minutes):
   a growing backlog shows as a last minute worse than the first. With `--ws` each block time is
@@ -56,8 +56,9 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer import db, follow
-from indexer.settings import Settings
+from indexer.base import db
+from indexer.base.settings import Settings
+from indexer.operations import follow_state
 from indexer.testing.anvil import EMITTER_INIT, Anvil, Node
 from indexer.testing.cluster import postgres_at
 from indexer.testing.processes import cpu_seconds, descendants
@@ -135,7 +136,7 @@ class NodeWatch(threading.Thread):
 
 class DbWatch(threading.Thread):
     """Asks the database every 20 ms which blocks above the lowest not yet seen are stored, and
-    how far the blocks are decoded (`follow.progress`): `stored[n]` and `decoded[n]` are when
+    how far the blocks are decoded (`follow_state.progress`): `stored[n]` and `decoded[n]` are when
     block n was first seen stored, and decoded. `hashes` is the stored chain as last read."""
 
     def __init__(self, url: str, low: int = 0) -> None:
@@ -153,7 +154,7 @@ class DbWatch(threading.Thread):
                 began = time.monotonic()
                 numbers = [r[0] for r in self.conn.execute("SELECT number FROM blocks WHERE number >= %s",
                                                            (self.low,))]
-                through = follow.progress(self.conn).decoded
+                through = follow_state.progress(self.conn).decoded
                 now = time.monotonic()
                 for n in numbers:
                     self.stored.setdefault(n, now)
@@ -184,7 +185,7 @@ def caught_up(node: Node, url: str, timeout: float = 120) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         def done() -> int | None:
             head = node.head()
-            through = follow.progress(conn)
+            through = follow_state.progress(conn)
             return head if through.indexed >= head and through.decoded >= head else None
         return wait_until(done, "the pool to catch up with the node", timeout, every=0.1)
 
@@ -383,7 +384,7 @@ def reorg_runs(admin_url: str, depths: list[int], repeat: int, workers: int) -> 
                         wait_until(lambda: stored_is(conn, canonical, head), f"the reorg of depth {depth} to be rolled back",
                                    60)
                         stored = time.monotonic()
-                        wait_until(lambda: follow.progress(conn).decoded >= head, "the new fork to be decoded", 60)
+                        wait_until(lambda: follow_state.progress(conn).decoded >= head, "the new fork to be decoded", 60)
                         decoded = time.monotonic()
                         runs.append(ReorgRun(depth, mined - reorged, stored - reorged, decoded - reorged))
                         log(f"reorg of depth {depth}: stored as the node's {ms(stored - reorged)} ms after the reorg"
@@ -392,7 +393,7 @@ def reorg_runs(admin_url: str, depths: list[int], repeat: int, workers: int) -> 
                 head = node.head()
                 assert stored_is(conn, canonical_hashes(node, 0, head), head), "the stored chain is not the node's"
                 rolled = conn.execute("SELECT count(*) FILTER (WHERE rolled_back), count(*) FROM reorgs").fetchone()
-                assert follow.state(conn).halted_at is None, follow.state(conn)
+                assert follow_state.state(conn).halted_at is None, follow_state.state(conn)
                 if pool.proc.poll() is not None:
                     raise SystemExit(f"the pool exited: {pool.output()[-3000:]}")
     finally:

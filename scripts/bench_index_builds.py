@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Index builds benchmark: one partition's query indexes built again under each way of building
-them, to choose how the index jobs build (indexer/partitions.py).
+them, to choose how the index jobs build (indexer/jobs/partitions.py).
 
 Fills one partition of `--blocks` mainnet-shaped blocks (`indexer work --drain`, 2 workers, the
 default settings, the partition as large as the range), then for each `--ways` entry drops the

@@ -19,8 +19,9 @@ from types import SimpleNamespace
 import msgspec
 import orjson
 
-from indexer import chain, rpc_transport
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain
+from indexer.node import rpc_transport
+from indexer.node.rpc import RpcClient
 from indexer.testing.mainnet_server import NodeProcess
 
 # orjson in msgspec's place, as rpc_transport.py reads it: `msgspec.json.decode`, `msgspec.DecodeError`.

@@ -65,8 +65,9 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from indexer import db, queue
-from indexer.db import worker_session_options
+from indexer.base import db
+from indexer.base.db import worker_session_options
+from indexer.jobqueue import queue
 from indexer.testing.latency_proxy import MAX_RTT_MS, LatencyProxy
 
 LEASE = 300.0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What recomputing a block's roots costs (`indexer.roots.check_block`), in CPU time, against
+"""What recomputing a block's roots costs (`indexer.chaindata.roots.check_block`), in CPU time, against
 the rest of what a worker's process spends on the same block; and the project's own ordered-trie
 function against py-trie's HexaryTrie.
 
@@ -51,10 +51,12 @@ import orjson
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from indexer import chain, db, json_encodings, ordered_trie, partitions, rlp_codec, roots, store
-from indexer.prefetch import batch_blocks
-from indexer.settings import DEFAULT_BATCH_TRANSACTIONS
-from indexer.rpc import RpcClient
+from indexer.base import db
+from indexer.base.settings import DEFAULT_BATCH_TRANSACTIONS
+from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, roots, store
+from indexer.chaindata.prefetch import batch_blocks
+from indexer.jobs import partitions
+from indexer.node.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.cluster import postgres_at

@@ -33,8 +33,8 @@ CHAINS = ("sparse", "dense", "mainnet")
 
 
 def record(path: Path, scale: float = 1.0) -> None:
-    from indexer import chain
-    from indexer.rpc import RpcClient
+    from indexer.chaindata import chain
+    from indexer.node.rpc import RpcClient
     from indexer.testing.anvil import Anvil, build_dense
     from indexer.testing.mainnet_server import NodeProcess
 
@@ -82,9 +82,10 @@ def measure(answers_path: Path, admin_url: str) -> dict:
     from psycopg.conninfo import make_conninfo
 
     import indexer
-    from indexer import chain, db, store
+    from indexer.base import db
+    from indexer.chaindata import chain, store
     try:
-        from indexer import partitions
+        from indexer.jobs import partitions
     except ImportError:  # a version from before the tables were partitioned
         partitions = None
 

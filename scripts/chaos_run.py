@@ -52,7 +52,7 @@ from pathlib import Path
 
 import psycopg
 
-from indexer import follow, verify
+from indexer.operations import follow, follow_state, verify
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.cluster import OwnPostgres
 from indexer.testing.faultproxy import FaultProxy
@@ -496,7 +496,7 @@ def wait_for_the_copy(conn: psycopg.Connection, node: Anvil, head: int, *, timeo
     """Until every block up to `head` is indexed and decoded with the node's hash."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        through = follow.progress(conn)
+        through = follow_state.progress(conn)
         if through.indexed >= head and through.decoded >= head:
             stored = stored_hashes(conn)
             if len(stored) == head + 1 and all(stored.get(n) == h for n, h in enumerate(node_hashes(node, head))):
@@ -539,8 +539,8 @@ def follow_report(conn: psycopg.Connection, node: Anvil, env: dict[str, str], he
     expected_transfers = {(int(lg["blockNumber"], 16), int(lg["logIndex"], 16)) for lg in logs
                           if lg["address"].lower() in tokens}
     decoded = set(conn.execute("SELECT block_number, log_index FROM token_transfers").fetchall())
-    through = follow.progress(conn)
-    state = follow.state(conn)
+    through = follow_state.progress(conn)
+    state = follow_state.state(conn)
     recorded = conn.execute("SELECT depth, rolled_back, reason FROM reorgs WHERE id > %s ORDER BY id",
                             (reorgs_before,)).fetchall()
     failed = conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone()[0]

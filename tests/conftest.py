@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from indexer import db
+from indexer.base import db
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.cluster import OwnPostgres
 from indexer.testing.work import INDEXER, Pools, Work

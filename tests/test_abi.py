@@ -1,5 +1,5 @@
 """`indexer abi add/list/drop` and the decoding of stored logs into an ABI's event tables
-(indexer/abi.py), with a contract of our own compiled by solc and run on anvil: every decoded
+(indexer/decoding/abi.py), with a contract of our own compiled by solc and run on anvil: every decoded
 row is compared with what web3.py's own event decoding makes of the same receipts."""
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from hexbytes import HexBytes
 from psycopg.rows import dict_row
 from web3.logs import DISCARD
 
-from indexer import abi_decode, chain, partitions, planner, queue, store
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain, store
+from indexer.decoding import abi_decode
+from indexer.jobqueue import queue
+from indexer.jobs import partitions, planner
+from indexer.node.rpc import RpcClient
 from indexer.testing.anvil import Anvil
 from indexer.testing.contracts import compile, deploy, mined
 
@@ -134,7 +137,7 @@ def store_chain(conn: psycopg.Connection, node: Anvil, head: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# What web3.py makes of the receipts, in the columns' representation (see indexer/abi.py)
+# What web3.py makes of the receipts, in the columns' representation (see indexer/decoding/abi.py)
 
 
 def expected_rows(contract, receipts: list, signature: str, first_block: int = 0,

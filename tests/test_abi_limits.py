@@ -1,4 +1,4 @@
-"""What a large ABI costs, against a real PostgreSQL and anvil (indexer/abi.py): an ABI at the
+"""What a large ABI costs, against a real PostgreSQL and anvil (indexer/decoding/abi.py): an ABI at the
 bounds is added, decoded, listed and dropped; one past them is refused before anything is
 written; a drop takes a bounded share of the server's lock table a transaction, waits for the
 decode windows in flight and never for the queue, and finishes when run again after an
@@ -15,8 +15,9 @@ import psycopg
 import pytest
 from eth_utils import keccak
 
-from indexer import abi, abi_decode, abi_parse, queue
-from indexer.block_range import DECODE_LOGS
+from indexer.base.block_range import DECODE_LOGS
+from indexer.decoding import abi, abi_decode, abi_parse
+from indexer.jobqueue import queue
 from indexer.testing.anvil import EMITTER_INIT, Anvil
 from indexer.testing.cluster import OwnPostgres
 from indexer.testing.contracts import mined

@@ -4,7 +4,7 @@ is one transaction (`store.write` and its heartbeat), so the rows a batch wrote 
 
 from __future__ import annotations
 
-from indexer import planner
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.node_compare import assert_matches_node
 

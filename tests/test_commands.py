@@ -6,7 +6,8 @@ import signal
 import subprocess
 import time
 
-from indexer import planner, queue
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.work import INDEXER

@@ -1,14 +1,14 @@
-"""Decoding a node's answers into rows (`indexer.chain`): answers that disagree with each other
+"""Decoding a node's answers into rows (`indexer.chaindata.chain`): answers that disagree with each other
 are refused before anything is written."""
 
 from __future__ import annotations
 
 import pytest
 
-from indexer.chain import decode, fetch
+from indexer.chaindata.chain import decode, fetch
 
-from indexer.errors import ChainDataError
-from indexer.rpc import RpcClient
+from indexer.base.errors import ChainDataError
+from indexer.node.rpc import RpcClient
 
 
 def test_inconsistent_answers_are_refused_before_anything_is_written(chain_node):

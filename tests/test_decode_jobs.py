@@ -9,8 +9,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from indexer import planner, queue
-from indexer.block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND, check_payload
+from indexer.base.block_range import DECODE_LOGS, INDEX_PARTITION, JOB_KIND, check_payload
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.faultproxy import FaultProxy
 
 from .conftest import run_indexer

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 import pytest
 
-from indexer import chain, roots
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain, roots
+from indexer.node.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.replay import ReplayNode
 

@@ -11,7 +11,8 @@ import pytest
 from eth_utils import keccak
 from psycopg import sql
 
-from indexer import follow, planner
+from indexer.jobs import planner
+from indexer.operations import follow, follow_state
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node, copy_is_the_node_s, stored_hashes
@@ -55,9 +56,9 @@ def test_following_indexes_each_new_block_in_small_jobs_and_goes_on_after_a_rest
         "SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history"
         " WHERE kind = 'index_blocks' AND (payload->>'from')::bigint > %s", (start_head,))]
     assert sizes and max(sizes) <= 2, sizes
-    assert follow.state(conn).planned_through == head
+    assert follow_state.state(conn).planned_through == head
     # Decoding follows too: no decode job is left behind the head.
-    wait_for(lambda: follow.progress(conn).decoded == head, "the new blocks to be decoded")
+    wait_for(lambda: follow_state.progress(conn).decoded == head, "the new blocks to be decoded")
 
     # Stopped and started again, with no --from: it goes on from where it stood.
     w.kill()
@@ -93,14 +94,14 @@ def test_reorgs_at_the_tip_are_rolled_back_with_no_command_decoded_events_includ
     head = node.head()
     assert_matches_node(conn, node.url, 0, head)
     # The decoded events are those of the canonical chain's logs, no orphan's.
-    wait_for(lambda: follow.progress(conn).decoded == head, "the canonical blocks to be decoded")
+    wait_for(lambda: follow_state.progress(conn).decoded == head, "the canonical blocks to be decoded")
     logs = conn.execute("SELECT block_number, log_index FROM logs WHERE topic0 = %s ORDER BY 1, 2",
                         (bytes.fromhex(PING_TOPIC[2:]),)).fetchall()
     decoded = conn.execute(sql.SQL("SELECT block_number, log_index FROM {} ORDER BY 1, 2").format(table)).fetchall()
     assert decoded == logs and logs
     rolled = conn.execute("SELECT depth, rolled_back FROM reorgs ORDER BY id").fetchall()
     assert [d for d, ok in rolled if ok] == [1, 2, 5, 20], rolled
-    assert follow.state(conn).halted_at is None
+    assert follow_state.state(conn).halted_at is None
 
 
 def test_a_reorg_deeper_than_the_bound_deletes_nothing_halts_the_following_and_a_repair_resumes_it(
@@ -110,21 +111,21 @@ def test_a_reorg_deeper_than_the_bound_deletes_nothing_halts_the_following_and_a
     before = stored_hashes(conn)
     node.reorg(5)
     node.mine(1)
-    halted = wait_for(lambda: (s := follow.state(conn)).halted_at is not None and s, "the following to halt")
+    halted = wait_for(lambda: (s := follow_state.state(conn)).halted_at is not None and s, "the following to halt")
     assert "deeper than the maximum of 3" in halted.halted_reason, halted
     assert halted.halted_command.endswith("--against-node --repair --max-depth 5"), halted.halted_command
     assert stored_hashes(conn) == before  # nothing deleted
     planned = halted.planned_through
     node.mine(2)
-    wait_for(lambda: follow.state(conn).head == node.head(), "the planner to see the new head")
-    assert follow.state(conn).planned_through == planned  # nothing more planned while halted
-    reorg = follow.last_reorg(conn)
+    wait_for(lambda: follow_state.state(conn).head == node.head(), "the planner to see the new head")
+    assert follow_state.state(conn).planned_through == planned  # nothing more planned while halted
+    reorg = follow_state.last_reorg(conn)
     assert (reorg.rolled_back, reorg.depth) == (False, 5)
 
     repaired = run_indexer(*halted.halted_command.split()[1:], db_url=db_url, env={"INDEXER_RPC_URL": node.url})
     assert repaired.returncode == 1, repaired.stdout + repaired.stderr  # it found orphans, and repaired them
     assert "repair: deleted 5 orphaned block(s)" in repaired.stdout
-    assert follow.state(conn).halted_at is None
+    assert follow_state.state(conn).halted_at is None
     wait_for(lambda: copy_is_the_node_s(conn, node), "the following to resume and catch up")
     assert_matches_node(conn, node.url, 0, node.head())
 

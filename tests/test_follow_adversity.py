@@ -14,8 +14,8 @@ import uuid
 import psycopg
 import pytest
 
-from indexer import follow
-from indexer.follow import PLANNER_LOCK_KEYS
+from indexer.operations import follow, follow_state
+from indexer.operations.follow import PLANNER_LOCK_KEYS
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node, copy_is_the_node_s, stored_hashes
@@ -40,15 +40,15 @@ def headers_at(call: dict, height: int) -> bool:
 
 
 def assert_halted_with_nothing_deleted(conn: psycopg.Connection, db_url: str, port: int, before: dict[int, str],
-                                       reason: str) -> follow.State:
+                                       reason: str) -> follow_state.State:
     """The following halted for `reason`, every stored block kept, and what a user looks at says
     so: `indexer status` (its first lines, the command to run) and indexer_follow_halted."""
-    halted = wait_for(lambda: (s := follow.state(conn)).halted_at is not None and s, "the following to halt")
+    halted = wait_for(lambda: (s := follow_state.state(conn)).halted_at is not None and s, "the following to halt")
     assert reason in halted.halted_reason, halted
     assert halted.halted_command.startswith("indexer verify --from ")
     assert halted.halted_command.endswith(" --against-node --repair"), halted.halted_command
     assert stored_hashes(conn) == before  # nothing deleted
-    reorg = follow.last_reorg(conn)
+    reorg = follow_state.last_reorg(conn)
     assert (reorg.rolled_back, reason in reorg.reason) == (False, True), reorg
     status = run_indexer("status", db_url=db_url)
     assert status.returncode == 0, status.stderr
@@ -126,12 +126,12 @@ def test_a_node_that_fails_a_rollback_s_checks_once_is_asked_again_and_the_follo
         armed.set()
         node.reorg(2)
         node.mine(1)
-        wait_for(lambda: follow.state(conn).halted_at or copy_is_the_node_s(conn, node), "the reorg to be rolled back",
+        wait_for(lambda: follow_state.state(conn).halted_at or copy_is_the_node_s(conn, node), "the reorg to be rolled back",
                  timeout=60)
-        assert follow.state(conn).halted_at is None, follow.state(conn).halted_reason
+        assert follow_state.state(conn).halted_at is None, follow_state.state(conn).halted_reason
     assert lies
     assert_matches_node(conn, node.url, 0, node.head())
-    assert follow.state(conn).halted_at is None
+    assert follow_state.state(conn).halted_at is None
     rolled = conn.execute("SELECT depth, rolled_back FROM reorgs ORDER BY id").fetchall()
     assert rolled == [(2 if trouble == "unlinked once" else 3, True)], rolled
 
@@ -193,7 +193,7 @@ def test_the_planning_pool_killed_mid_rollback_leaves_the_other_pool_to_plan_and
                 kill_all([a.proc.pid, *descendants(a.proc.pid)])
                 wait_for(lambda: (planner_lock_holder(conn) or "").startswith(f"indexer head planner b:{b.proc.pid}"),
                          "pool b to take the planner lock", timeout=10)
-                wait_for(lambda: (follow.state(conn).planner or "") == f"b:{b.proc.pid}", "pool b to poll as the planner",
+                wait_for(lambda: (follow_state.state(conn).planner or "") == f"b:{b.proc.pid}", "pool b to poll as the planner",
                          timeout=10)
                 blocker.rollback()
         finally:
@@ -203,9 +203,9 @@ def test_the_planning_pool_killed_mid_rollback_leaves_the_other_pool_to_plan_and
                  timeout=60)
     head = node.head()
     assert_matches_node(conn, node.url, 0, head)
-    wait_for(lambda: follow.progress(conn).indexed == head, "no job left below the head")
+    wait_for(lambda: follow_state.progress(conn).indexed == head, "no job left below the head")
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone()[0] == 0
-    assert follow.state(conn).halted_at is None
+    assert follow_state.state(conn).halted_at is None
     assert conn.execute("SELECT depth, rolled_back FROM reorgs").fetchall() == [(3, True)]
     assert b.proc.poll() is None, b.output()
 
@@ -265,7 +265,7 @@ def test_a_stalled_planning_pool_is_ended_by_the_other_and_comes_back_as_a_follo
     assert a.proc.poll() is None and b.proc.poll() is None, a.output() + b.output()
     head = node.head()
     assert_matches_node(conn, node.url, 0, head)
-    assert follow.state(conn).planned_through == head
+    assert follow_state.state(conn).planned_through == head
     # Every block planned once: the finished ranges do not overlap.
     ranges = conn.execute("SELECT (payload->>'from')::bigint, (payload->>'to')::bigint FROM jobs_history"
                           " WHERE kind = 'index_blocks' ORDER BY 1").fetchall()

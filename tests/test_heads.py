@@ -1,4 +1,4 @@
-"""The newHeads subscription of `indexer work --follow` (INDEXER_WS_URL, indexer/heads.py): a new
+"""The newHeads subscription of `indexer work --follow` (INDEXER_WS_URL, indexer/node/heads.py): a new
 block is planned when the node announces it, not at the next poll; polling goes on when the
 subscription drops, is refused or brings nonsense, and the subscription comes back with the node;
 what is logged names the node by its label alone."""
@@ -11,7 +11,7 @@ import re
 import psycopg
 import pytest
 
-from indexer.heads import MAX_RETRY_SECONDS, RETRY_SECONDS, retry_delay
+from indexer.node.heads import MAX_RETRY_SECONDS, RETRY_SECONDS, retry_delay
 from indexer.testing.anvil import Anvil, free_port
 from indexer.testing.waiting import wait_for
 from indexer.testing.work import pool_metric
@@ -43,7 +43,7 @@ def test_a_new_head_is_indexed_before_the_first_poll_could_have_seen_it(db_url, 
             node.mine(1)
             wait_for(lambda: indexed(conn, number), f"block {number}, announced over the WebSocket", timeout=20)
         assert "head subscription at ws://127.0.0.1" in w.output()
-        assert "WARNING indexer.heads" not in w.output(), w.output()
+        assert "WARNING indexer.node.heads" not in w.output(), w.output()
 
 
 def test_polling_goes_on_while_the_subscription_is_down_and_the_subscription_comes_back(db_url, conn, work):
@@ -82,7 +82,7 @@ def test_a_node_that_refuses_the_subscription_or_answers_garbage_is_logged_once_
         wait_for(lambda: proxy.subscribes >= 3, "the pool to have asked three times")
         node.mine(1)
         wait_for(lambda: indexed(conn, 1), "block 1, found by polling")
-        warnings = [line for line in w.output().splitlines() if "WARNING indexer.heads" in line]
+        warnings = [line for line in w.output().splitlines() if "WARNING indexer.node.heads" in line]
         assert len(warnings) == 1, w.output()
         assert re.fullmatch(rf".* head subscription at {proxy.url}: {re.escape(why)}; polling goes on,"
                             r" subscribing again in [\d.]+ s", warnings[0]), warnings[0]

@@ -12,7 +12,7 @@ import subprocess
 import psycopg
 import requests
 
-from indexer import planner
+from indexer.jobs import planner
 from indexer.testing.anvil import free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.processes import workers

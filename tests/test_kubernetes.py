@@ -18,10 +18,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from indexer import planner, pool, queue, queue_counts
+from indexer.base.settings import Settings
+from indexer.base.states import JobStatus
 from indexer.cli_parser import build_parser
-from indexer.settings import Settings
-from indexer.states import JobStatus
+from indexer.jobqueue import queue, queue_counts
+from indexer.jobs import planner
+from indexer.operations import pool
 from indexer.testing.cluster import REPO
 
 KUBERNETES = REPO / "deploy" / "kubernetes"

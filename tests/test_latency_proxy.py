@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from indexer import db, planner, queue
+from indexer.base import db
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.latency_proxy import LatencyProxy
 
 

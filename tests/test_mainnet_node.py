@@ -11,8 +11,9 @@ from collections import Counter
 import orjson
 import pytest
 
-from indexer import chain, json_encodings, ordered_trie, planner, rlp_codec, traces
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, traces
+from indexer.jobs import planner
+from indexer.node.rpc import RpcClient
 from indexer.testing.mainnet_eras import ERAS
 from indexer.testing.mainnet_node import MainnetNode
 from indexer.testing.mainnet_server import NodeProcess

@@ -8,7 +8,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from indexer import db, partitions, planner, queue
+from indexer.base import db
+from indexer.jobqueue import queue
+from indexer.jobs import partitions, planner
 from indexer.testing.work import INDEXER
 
 from .conftest import run_indexer

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from indexer import chain, planner
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain
+from indexer.jobs import planner
+from indexer.node.rpc import RpcClient
 from indexer.testing.anvil import Anvil, build_dense, free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node

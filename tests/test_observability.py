@@ -18,14 +18,14 @@ import pytest
 import requests
 import yaml
 
-from indexer import planner, queue
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.cluster import REPO
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.processes import workers
 from indexer.testing.waiting import wait_for
-from indexer.testing.work import INDEXER as INDEXER_BIN
-from indexer.testing.work import running_job
+from indexer.testing.work import INDEXER as INDEXER_BIN, running_job
 
 from .conftest import run_indexer
 

@@ -11,9 +11,13 @@ import json
 import psycopg
 import pytest
 
-from indexer import db, partitions, planner, queue, store, token_transfers
-from indexer.block_range import INDEX_PARTITION
-from indexer.planner import PlanTooLarge
+from indexer.base import db
+from indexer.base.block_range import INDEX_PARTITION
+from indexer.chaindata import store
+from indexer.decoding import token_transfers
+from indexer.jobqueue import queue
+from indexer.jobs import partitions, planner
+from indexer.jobs.planner import PlanTooLarge
 from indexer.testing.fixtures import load
 from indexer.testing.node_compare import assert_matches_node
 from indexer.testing.waiting import wait_for

@@ -7,8 +7,10 @@ import threading
 import psycopg
 import pytest
 
-from indexer import db, planner, queue
-from indexer.block_range import JOB_KIND, MAX_BLOCK, MAX_END, cut
+from indexer.base import db
+from indexer.base.block_range import JOB_KIND, MAX_BLOCK, MAX_END, cut
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 
 from .conftest import run_indexer
 

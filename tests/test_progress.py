@@ -6,8 +6,9 @@ import os
 import pty
 import subprocess
 
-from indexer import planner, queue
-from indexer.block_range import JOB_KIND, cut
+from indexer.base.block_range import JOB_KIND, cut
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.work import FAST, INDEXER
 

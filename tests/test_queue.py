@@ -8,8 +8,10 @@ import uuid
 
 import psycopg
 
-from indexer import db, planner, queue, queue_counts
-from indexer.db import worker_session_options
+from indexer.base import db
+from indexer.base.db import worker_session_options
+from indexer.jobqueue import queue, queue_counts
+from indexer.jobs import planner
 
 LEASE = 30.0
 BACKOFF = 30.0  # the article's base: the first retry waits 30-90 s

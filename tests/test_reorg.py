@@ -15,8 +15,8 @@ import requests
 from eth_utils import keccak
 from psycopg import sql
 
-from indexer import planner
-from indexer.block_range import cut
+from indexer.base.block_range import cut
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_chain, free_port
 from indexer.testing.loopback import LoopbackServer, send
 from indexer.testing.node_compare import assert_matches_node
@@ -112,7 +112,7 @@ def test_a_batch_that_does_not_link_is_never_written_and_its_job_waits_for_the_r
     assert conn.execute("SELECT status, attempts FROM jobs WHERE (payload->>'from')::bigint = %s",
                         (below,)).fetchone() in [("pending", 0), ("running", 1)]
     warning = next(line for line in w.output().splitlines() if "does not link" in line)
-    assert " WARNING " in warning and " indexer.worker: job " in warning
+    assert " WARNING " in warning and " indexer.operations.worker: job " in warning
     assert f": block {below} from the node does not link to stored block {below - 1}: its parent is " in warning
     assert warning.endswith(f"; deferred 0.5 s with no attempt spent, until `indexer verify --from 0 --to {below + 64}"
                             " --against-node --repair` replaces the orphans")

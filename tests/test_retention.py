@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.retention import parse_retention
+from indexer.jobqueue.retention import parse_retention
 
 from .conftest import run_indexer
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from indexer import follow, forks, rollback, store
-from indexer.settings import Settings
+from indexer.base.settings import Settings
+from indexer.chaindata import forks, store
+from indexer.operations import follow, follow_state, rollback
 
 from .test_verify import insert_linked_blocks
 
@@ -107,7 +108,7 @@ def test_a_reorg_that_moves_during_a_rollback_is_compared_again_and_rolled_back_
     mismatch = forks.ForkMismatch("block 21 from the node does not link to stored block 20", 20)
     rolled = rollback.roll_back(conn, node, mismatch, Settings(database_url="postgresql://unused", rpc_url="http://unused"))
     assert rolled.done and f"depth {21 - moved_to}" in rolled.detail, rolled
-    assert follow.state(conn).halted_at is None
+    assert follow_state.state(conn).halted_at is None
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == moved_to
 
 
@@ -120,6 +121,6 @@ def test_reorgs_that_keep_landing_during_a_rollback_leave_the_job_waiting_and_do
     rolled = rollback.roll_back(conn, node, mismatch, Settings(database_url="postgresql://unused", rpc_url="http://unused"))
     # Nothing deleted, nothing recorded: the job waits and compares again, as when the node cannot be asked.
     assert not rolled.done and "compare again" in rolled.detail, rolled
-    assert follow.state(conn).halted_at is None
-    assert follow.last_reorg(conn) is None
+    assert follow_state.state(conn).halted_at is None
+    assert follow_state.last_reorg(conn) is None
     assert conn.execute("SELECT count(*) FROM blocks").fetchone()[0] == 21

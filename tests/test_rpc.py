@@ -11,17 +11,19 @@ from dataclasses import replace
 
 import pytest
 
-from indexer import chain, metrics, rpc_errors
-from indexer.endpoints import Recorder
-from indexer.rpc import RpcClient
-from indexer.rpc_batch import Fallback
-from indexer.rpc_errors import RATE_LIMITED, RpcError, classify
-from indexer.rpc_rate import AdaptiveRate
+from indexer.base import metrics
+from indexer.base.urls import endpoint_label, parse_urls
+from indexer.chaindata import chain
+from indexer.node import rpc_errors
+from indexer.node.endpoints import Recorder
+from indexer.node.rpc import RpcClient
+from indexer.node.rpc_batch import Fallback
+from indexer.node.rpc_errors import RATE_LIMITED, RpcError, classify
+from indexer.node.rpc_rate import AdaptiveRate
 from indexer.testing import fixtures
 from indexer.testing.anvil import free_port
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.replay import ReplayNode
-from indexer.urls import endpoint_label, parse_urls
 
 from .conftest import run_indexer
 
@@ -82,12 +84,12 @@ def test_gives_up_after_the_last_attempt_with_a_clear_error(chain_node):
 def test_a_node_that_is_down_is_named_with_the_call_and_what_to_check(caplog):
     port = free_port()
     where = f"http://127.0.0.1:{port}"
-    with caplog.at_level(logging.DEBUG, "indexer.rpc"), pytest.raises(RpcError) as caught:
+    with caplog.at_level(logging.DEBUG, "indexer.node.rpc"), pytest.raises(RpcError) as caught:
         RpcClient([f"{where}/v3/SECRETKEY1234567890"], max_attempts=3).call("eth_blockNumber")
     assert str(caught.value) == (f"eth_blockNumber failed after 3 attempts; last: {where}: connection refused; "
                                  f"is a node running at {where}? (INDEXER_RPC_URL)")
     # The retries before it say nothing unless asked to (DEBUG).
-    assert [r.levelno for r in caplog.records if r.name == "indexer.rpc"] == [logging.DEBUG] * 2
+    assert [r.levelno for r in caplog.records if r.name == "indexer.node.rpc"] == [logging.DEBUG] * 2
     with pytest.raises(RpcError, match=r"^3 calls \(eth_getBlockByNumber\) failed after 1 attempt; last: "):
         RpcClient([where], max_attempts=1).batch(block_calls(3))
 
@@ -109,7 +111,7 @@ def test_a_node_without_block_receipts_is_asked_per_transaction_learned_once(cha
     first, last = busy
     truth = chain.fetch_json(RpcClient([chain_node.url]), first, last)
     with_txs = len(truth[1])
-    with FaultProxy(chain_node.url, lacks=("eth_getBlockReceipts",)) as proxy, caplog.at_level(logging.INFO, "indexer.rpc"):
+    with FaultProxy(chain_node.url, lacks=("eth_getBlockReceipts",)) as proxy, caplog.at_level(logging.INFO, "indexer.node.rpc"):
         client = RpcClient([proxy.url])
         label = endpoint_label(proxy.url)
         assert chain.fetch_json(client, first, last) == truth
@@ -485,7 +487,7 @@ def test_a_chain_id_or_finalized_block_that_is_not_a_hex_number_is_chain_data(ch
 def test_mainnet_receipts_by_transaction_equal_the_block_s(caplog):
     """Block 18,000,000 from a node without eth_getBlockReceipts (go-ethereum before 1.13)."""
     block, receipts = recorded("mainnet-18000000")
-    with ReplayNode(["mainnet-18000000"], block_receipts=False) as node, caplog.at_level(logging.WARNING, "indexer.rpc"):
+    with ReplayNode(["mainnet-18000000"], block_receipts=False) as node, caplog.at_level(logging.WARNING, "indexer.node.rpc"):
         client = RpcClient([node.url])
         for _ in range(2):
             assert chain.fetch_json(client, MAINNET, MAINNET) == ([block], {MAINNET: receipts})
@@ -566,7 +568,7 @@ def test_a_call_tree_as_deep_as_the_evm_allows_is_read_though_msgspec_stops_at_h
     recursion limit (1,000 by default). The client
     reads it with the standard library instead, in a fetch thread as the workers do; an answer
     deeper than any trace is still refused as not JSON."""
-    from indexer import traces
+    from indexer.chaindata import traces
     from indexer.testing.loopback import LoopbackServer, send
 
     frame = '{"type":"CALL","from":"0x' + "aa" * 20 + '","to":"0x' + "bb" * 20 + '","value":"0x0","input":"0x"'
@@ -591,7 +593,7 @@ def test_an_integer_past_64_bits_in_an_answer_is_read_exactly():
     """A node may put a JSON number where a hex string belongs (anvil's receipt blockTimestamp is
     one) or in a key of its own, which is stored in `extra`: past 64 bits it must stay the same
     integer, not become the nearest float (as orjson reads it)."""
-    from indexer import rows
+    from indexer.chaindata import rows
     from indexer.testing.loopback import LoopbackServer, send
 
     big = 2**255 + 12345

@@ -16,7 +16,7 @@ import requests
 import yaml
 from psycopg.conninfo import make_conninfo
 
-from indexer import planner
+from indexer.jobs import planner
 from indexer.testing.anvil import free_port
 from indexer.testing.cluster import REPO
 from indexer.testing.faultproxy import ECHOES, FaultProxy
@@ -198,8 +198,9 @@ def test_a_metrics_host_that_cannot_be_used_refuses_to_start_and_claims_nothing(
 def test_an_error_quoting_the_node_is_stored_scrubbed(db_url, conn, chain_node):
     """Whatever text a job is given back with (here a node's answer quoted in a data error, which
     no RPC-level scrubbing sees) reaches jobs.last_error without the configured secrets."""
-    from indexer import queue, settings
-    from indexer.worker import Worker
+    from indexer.base import settings
+    from indexer.jobqueue import queue
+    from indexer.operations.worker import Worker
 
     planner.plan(conn, 0, 1, 1)
     rpc_url = chain_node.url.replace("://", f"://{RPC_USER}:{RPC_PASSWORD}@") + f"/v3/{PATH_KEY}?apikey={QUERY_KEY}"

@@ -7,8 +7,11 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from indexer import db, planner, queue, store
-from indexer.block_range import JOB_KIND
+from indexer.base import db
+from indexer.base.block_range import JOB_KIND
+from indexer.chaindata import store
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import assert_matches_node
@@ -152,8 +155,8 @@ def test_a_split_landing_on_the_batch_being_written_costs_no_attempt(db_url, con
     committed before the batch the holder is writing, so the new end falls on that batch, and the
     holder has batches fetched ahead past it. The holder stops at the new end, with no attempt
     spent and no batch written twice or empty; the tail is indexed as its own job."""
-    from indexer import settings
-    from indexer.worker import Worker
+    from indexer.base import settings
+    from indexer.operations.worker import Worker
 
     last = min(chain_node.head(), 29)
     planner.plan(conn, 0, last + 1, last + 1)

@@ -12,7 +12,8 @@ import time
 
 from datetime import datetime, timezone
 
-from indexer import planner, queue
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.processes import descendants

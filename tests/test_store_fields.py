@@ -13,9 +13,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from indexer import db, partitions, store, verify
-from indexer.chain import decode
-from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
+from indexer.base import db
+from indexer.chaindata import store
+from indexer.chaindata.chain import decode
+from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS
+from indexer.jobs import partitions
+from indexer.operations import verify
 from indexer.testing.fixtures import load, names
 
 from .unit.test_every_field import NASTY, walk

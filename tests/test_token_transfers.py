@@ -14,8 +14,10 @@ import pytest
 from web3 import Web3
 from web3.logs import DISCARD
 
-from indexer import chain, partitions, planner, store, token_transfers
-from indexer.rpc import RpcClient
+from indexer.chaindata import chain, store
+from indexer.decoding import token_transfers
+from indexer.jobs import partitions, planner
+from indexer.node.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil
 from indexer.testing.contracts import compile, deploy, mined

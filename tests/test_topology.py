@@ -18,9 +18,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from indexer import planner, pool
+from indexer.base.settings import Settings
 from indexer.cli_parser import build_parser
-from indexer.settings import Settings
+from indexer.jobs import planner
+from indexer.operations import pool
 from indexer.testing.anvil import Anvil
 from indexer.testing.cluster import REPO
 from indexer.testing.waiting import wait_for

@@ -1,7 +1,7 @@
 """The traces chain (indexer/testing/trace_contracts.py) on a real anvil, traced block by block by
 both tracer families: geth's `debug_traceBlockByNumber(n, {"tracer": "callTracer"})` and
 parity's `trace_block(n)`. The checks are those a user makes of a trace, plus the
-normaliser (`indexer.traces`), under which both families give the same rows.
+normaliser (`indexer.chaindata.traces`), under which both families give the same rows.
 
 What the two families answer on anvil 1.7.1, seen on this chain (and asserted below):
 
@@ -82,7 +82,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from indexer import traces
+from indexer.chaindata import traces
 from indexer.testing.anvil import Anvil
 from indexer.testing.trace_contracts import (BOOM_REASON, CUSTOM_ERROR_CODE, NOPE_SELECTOR, REVERT_REASON,
                                              TraceChain, build_trace_chain)
@@ -272,7 +272,7 @@ def test_failed_transaction(traced: Traced) -> None:
 
 
 def test_both_families_give_the_same_rows(traced: Traced) -> None:
-    """`indexer.traces` maps both families to rows with the same place in the tree, type, from,
+    """`indexer.chaindata.traces` maps both families to rows with the same place in the tree, type, from,
     to, value, input, output, gas (but a SELFDESTRUCT's, which only callTracer gives), gas used
     of inner calls, failure and subtraces; the rows of both pass the checks against the block."""
     def same(t: traces.Trace) -> tuple:

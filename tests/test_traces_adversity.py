@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from indexer import db
+from indexer.base import db
 from indexer.testing.anvil import Anvil
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.processes import descendants, kill_all

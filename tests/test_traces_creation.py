@@ -12,7 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from indexer import db, traces
+from indexer.base import db
+from indexer.chaindata import traces
 from indexer.testing.anvil import Anvil
 from indexer.testing.waiting import wait_for
 

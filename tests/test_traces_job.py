@@ -13,7 +13,8 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from indexer import db, traces
+from indexer.base import db
+from indexer.chaindata import traces
 from indexer.testing.anvil import Anvil
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import copy_is_the_node_s

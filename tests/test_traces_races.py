@@ -14,7 +14,10 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from indexer import db, index_traces, traces, verify
+from indexer.base import db
+from indexer.chaindata import traces
+from indexer.jobs import index_traces
+from indexer.operations import verify
 from indexer.testing.anvil import Anvil
 from indexer.testing.waiting import wait_for
 

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 import requests
 
-from indexer import db, traces
+from indexer.base import db
+from indexer.chaindata import traces
 from indexer.testing import fixtures
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.fixtures import TRACES, recorded_trace

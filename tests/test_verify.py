@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from indexer import abi, partitions, planner, verify
-from indexer.block_range import cut
+from indexer.base.block_range import cut
+from indexer.decoding import abi
+from indexer.jobs import partitions, planner
+from indexer.operations import verify
 from indexer.testing.node_compare import assert_matches_node
 
 from .conftest import run_indexer

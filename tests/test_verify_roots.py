@@ -8,8 +8,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from indexer import partitions, store, stored_roots
-from indexer.chain import decode
+from indexer.chaindata import store, stored_roots
+from indexer.chaindata.chain import decode
+from indexer.jobs import partitions
 from indexer.testing import fixtures
 
 from .conftest import run_indexer
@@ -83,7 +84,7 @@ def test_the_command_reports_and_repairs_what_it_cannot_prove(db_url, conn):
 
 def test_a_backfill_of_anvil_with_roots_checked_is_proven_again_from_the_database(db_url, conn, chain_node, work):
     # anvil's chain: transfers, contract calls with logs, reverted transactions, empty blocks.
-    from indexer import planner
+    from indexer.jobs import planner
 
     head = chain_node.head()
     planner.plan(conn, 0, head + 1, 10)

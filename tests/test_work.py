@@ -7,8 +7,10 @@ import signal
 
 import psycopg
 
-from indexer import planner, queue, store
-from indexer.block_range import JOB_KIND, cut
+from indexer.base.block_range import JOB_KIND, cut
+from indexer.chaindata import store
+from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.faultproxy import FAULTS, FaultProxy
 from indexer.testing.node_compare import assert_matches_node, snapshot
@@ -342,7 +344,7 @@ def test_a_statement_the_server_refuses_gives_the_job_back_with_its_error_not_a_
     """The server cancels a worker's write (here a lock timeout; out of shared memory for its lock
     table is the same: the session lives on). The job is given back with what the server said, as
     for any database error, not taken for a lost database to reconnect to again and again."""
-    from indexer import db
+    from indexer.base import db
 
     dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
     conn.execute(f'ALTER DATABASE "{dbname}" SET lock_timeout = \'300ms\'')  # the sessions opened from now on

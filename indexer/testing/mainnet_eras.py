@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field
 
 
-from .. import rlp_codec
+from ..chaindata import rlp_codec
 from . import fixtures
 
 

@@ -8,7 +8,7 @@ status since), base fee, withdrawals (16 a block since Shanghai), blob and EIP-7
 mainnet had them at that height. Every block passes the indexer's own checks: it links to the
 one below by `parentHash`, its transactions, receipts and logs name its hash and number, each
 transaction hash is the keccak of its signed encoding, and transactionsRoot, receiptsRoot,
-withdrawalsRoot and every logs bloom are computed with `indexer.roots` (so
+withdrawalsRoot and every logs bloom are computed with `indexer.chaindata.roots` (so
 INDEXER_VERIFY_ROOTS=true proves every block). Not real: signatures (r and s are random, `from`
 is not what they recover), stateRoot, and the block hash, which is keccak of the height rather
 than of the header (so that any block can be served without its ancestors; the height is in
@@ -55,7 +55,7 @@ The figures (ERAS), and which are estimates:
 Traces (issue 26): `debug_traceBlockByHash` and `debug_traceBlockByNumber` with
 `{"tracer": "callTracer"}` (a list of `{"txHash", "result": frame}`, frames nested in `calls`) and
 `debug_traceTransaction` (the frame alone), consistent with the blocks so that
-`indexer.traces.check_against_block` passes: the top frame is the transaction's from, to (for a
+`indexer.chaindata.traces.check_against_block` passes: the top frame is the transaction's from, to (for a
 creation a CREATE to the receipt's contractAddress, none when it failed), value and input, with
 the receipt's gasUsed, and `error` exactly when the receipt's status is 0x0; each log's address
 is the account a CALL that was not undone ran in. The shape is measured from the recorded mainnet
@@ -96,7 +96,7 @@ from typing import Any
 
 import orjson
 
-from .. import rlp_codec
+from ..chaindata import rlp_codec
 from .loopback import LoopbackServer
 from .mainnet_blocks import TX_MARKERS, WITHDRAWAL_MARKERS, Template, block_hashes, pick_template, render
 from .mainnet_eras import CHAIN_ID, ERAS, WITHDRAWALS_PER_BLOCK, Shape, block_hash, era_of, recorded_shapes, timestamp_of

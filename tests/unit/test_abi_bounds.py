@@ -1,4 +1,4 @@
-"""The bounds of an ABI `indexer abi add` accepts (indexer/abi.py): each met exactly is accepted,
+"""The bounds of an ABI `indexer abi add` accepts (indexer/decoding/abi.py): each met exactly is accepted,
 one past it refused with one clear line, before eth-abi reads any type."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from indexer import abi, abi_parse
-from indexer.abi_names import SHOWN_CHARS, check_abi_name
+from indexer.decoding import abi, abi_parse
+from indexer.decoding.abi_names import SHOWN_CHARS, check_abi_name
 
 
 def event(name: str = "E", *types: str, **extra: Any) -> dict[str, Any]:

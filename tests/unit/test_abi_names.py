@@ -1,5 +1,5 @@
-"""The names `indexer abi add` gives an ABI's tables and columns (indexer/abi_names.py), and what
-it accepts as an ABI (indexer/abi.py's parsing and column types)."""
+"""The names `indexer abi add` gives an ABI's tables and columns (indexer/decoding/abi_names.py), and what
+it accepts as an ABI (indexer/decoding/abi.py's parsing and column types)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from eth_abi.grammar import parse
 from eth_utils import keccak
 
-from indexer import abi_decode, abi_parse
-from indexer.abi_names import check_abi_name, column_names, table_names
+from indexer.decoding import abi_decode, abi_parse
+from indexer.decoding.abi_names import check_abi_name, column_names, table_names
 
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 

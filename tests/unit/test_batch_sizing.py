@@ -12,10 +12,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from indexer.block_range import JOB_KIND
-from indexer.chain import Rows
-from indexer.prefetch import PROBE_FRACTION, Prefetcher, batch_blocks
-from indexer.queue import Claim
+from indexer.base.block_range import JOB_KIND
+from indexer.chaindata.chain import Rows
+from indexer.chaindata.prefetch import PROBE_FRACTION, Prefetcher, batch_blocks
+from indexer.jobqueue.queue import Claim
 
 
 def test_an_unknown_density_probes_with_small_batches():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.block_range import JOB_KIND, MAX_BLOCK, BlockRange, check_payload, cut
+from indexer.base.block_range import JOB_KIND, MAX_BLOCK, BlockRange, check_payload, cut
 
 
 def test_cut_is_on_the_grid_of_the_chunk_and_covers_every_block_once():

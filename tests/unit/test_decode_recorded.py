@@ -1,4 +1,4 @@
-"""`indexer.chain.decode` on real answers of real chains, recorded by others
+"""`indexer.chaindata.chain.decode` on real answers of real chains, recorded by others
 (tests/fixtures, provenance in its README.md): the rows must say what the JSON says, and an
 answer tampered with must be refused. No database, no node, no network.
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from indexer.base.errors import ChainDataError
+from indexer.chaindata.chain import decode
+from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import FIXTURES
-from indexer.chain import decode
-from indexer.errors import ChainDataError
-from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 
 RECORDED = FIXTURES
 NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))

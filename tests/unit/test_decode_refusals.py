@@ -8,9 +8,9 @@ import copy
 
 import pytest
 
-from indexer.chain import decode
+from indexer.chaindata.chain import decode
 
-from indexer.errors import ChainDataError
+from indexer.base.errors import ChainDataError
 from indexer.testing import fixtures
 
 N = 18_000_000

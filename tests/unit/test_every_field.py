@@ -1,6 +1,6 @@
 """Every key a node sends is kept: in a column, checked against a stored value, or in the row's
 `extra`; walked generically over the recorded answers of real chains (tests/fixtures) against the
-mapping `indexer/rows.py` declares, so that a key a node sends that the mapping does not know
+mapping `indexer/chaindata/rows.py` declares, so that a key a node sends that the mapping does not know
 fails here unless it lands in `extra`. No database: the COPY lines are parsed back here.
 
 `walk` and `stored_value` are shared with tests/test_store_fields.py, which does the same walk on
@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from indexer import columns as C
-from indexer import rows as R
-from indexer.chain import decode
-from indexer.errors import ChainDataError
-from indexer.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from indexer.base.errors import ChainDataError
+from indexer.chaindata import columns as C, rows as R
+from indexer.chaindata.chain import decode
+from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import load, names
 
 NAMES = names()

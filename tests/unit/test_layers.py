@@ -1,7 +1,9 @@
-"""The package's layers, read from the code's own imports: a module imports only from its own
-layer or those below, and no modules import each other round in a circle (docs/architecture.md,
+"""The package's layers, read from the code's own imports: each layer is a package of `indexer/`
+(the command line on top, in `indexer/` itself), a module imports only from its own layer or
+those below, and no modules import each other round in a circle (docs/architecture.md,
 "Layers"). Every import counts, a function's own and one under TYPE_CHECKING too: a runner that
-imports the Worker "for its type" is still a runner that knows the worker."""
+imports the Worker "for its type" is still a runner that knows the worker. The test kit
+(`indexer/testing`) stands beside the layers, for the tests and benchmarks alone."""
 
 from __future__ import annotations
 
@@ -12,42 +14,54 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "indexer"
 
-# Bottom to top. A new module goes in the lowest layer its imports allow.
-LAYERS: list[tuple[str, set[str]]] = [
-    ("base", {"errors", "states", "block_range", "wording", "urls", "signals", "settings", "logs", "db", "metrics"}),
-    ("queue", {"queue", "queue_counts", "claims", "progress", "retention"}),
-    ("chain", {"rpc_errors", "rpc_rate", "rpc_transport", "rpc_batch", "columns", "rows", "rlp_codec", "ordered_trie", "encodings", "json_encodings", "roots", "stored_roots", "traces", "rpc", "endpoints", "chain", "store", "forks", "prefetch",
-               "heads", "health"}),
-    ("decoding", {"abi_names", "abi_parse", "abi_decode", "abi", "token_transfers"}),
-    ("jobs", {"job_context", "index_blocks", "decode_logs", "index_traces", "partitions", "planner", "reaper"}),
-    ("operations", {"follow", "verify", "verify_node", "rollback", "status", "exporter", "worker", "pool"}),
-    ("cli", {"cli_parser", "cli"}),
-]
+# Bottom to top; "" is indexer/ itself: the command line.
+LAYERS = ["base", "jobqueue", "node", "chaindata", "decoding", "jobs", "operations", ""]
 
 
-def imports_of(source: str) -> set[str]:
-    """The package's own modules that `source` (a module of the package) imports, anywhere in it."""
+def imports_of(source: str, package: str) -> set[str]:
+    """The modules of indexer/ (dotted below it, "node.rpc") that `source`, a module of
+    `package` ("node"; "" for indexer/ itself), imports, anywhere in it; a name imported from a
+    package counts as that module when it is one (`from ..base import db`)."""
+    here = package.split(".") if package else []
     found = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("indexer."):
-            found.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+            target = base + (node.module.split(".") if node.module else [])
+            if (PACKAGE.joinpath(*target).with_suffix(".py")).exists():
+                found.add(".".join(target))
+            else:  # a package: its names are modules
+                found.update(".".join(target + [a.name]) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("indexer."):
+            target = node.module.split(".")[1:]
+            found.add(".".join(target) if PACKAGE.joinpath(*target).with_suffix(".py").exists()
+                      else ".".join(target + [node.names[0].name]))
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("indexer."))
+            found.update(a.name.split(".", 1)[1] for a in node.names if a.name.startswith("indexer."))
     return found
 
 
+def modules() -> dict[str, Path]:
+    """Every module of the package but the test kit, dotted below indexer/."""
+    return {".".join(p.relative_to(PACKAGE).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+            if p.name != "__init__.py" and p.relative_to(PACKAGE).parts[0] != "testing"}
+
+
+def layer_of(module: str) -> str:
+    return module.rsplit(".", 1)[0] if "." in module else ""
+
+
 def import_graph() -> dict[str, set[str]]:
-    modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    return {name: imports_of(path.read_text()) & modules.keys() for name, path in modules.items()}
+    found = modules()
+    return {name: {m for m in imports_of(path.read_text(), layer_of(name)) if m in found}
+            for name, path in found.items()}
 
 
-def upward(graph: dict[str, set[str]], layers: list[tuple[str, set[str]]]) -> list[str]:
-    """Each import that climbs to a higher layer, as "module (layer) -> module (layer)"."""
-    level = {module: (i, name) for i, (name, members) in enumerate(layers) for module in members}
-    return sorted(f"{a} ({level[a][1]}) -> {b} ({level[b][1]})"
-                  for a, targets in graph.items() for b in targets if level[b][0] > level[a][0])
+def upward(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    """Each import that climbs to a higher layer, as "module -> module"."""
+    level = {name: i for i, name in enumerate(layers)}
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if level[layer_of(b)] > level[layer_of(a)])
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -82,10 +96,9 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_every_module_has_a_layer_and_only_one():
-    placed = [m for _, members in LAYERS for m in members]
-    assert len(placed) == len(set(placed)), "a module in two layers"
-    assert set(placed) == set(import_graph()), "modules without a layer, or layers naming modules that are gone"
+def test_every_module_is_in_a_layer():
+    assert {layer_of(m) for m in modules()} <= set(LAYERS)
+    assert all((PACKAGE / layer / "__init__.py").exists() for layer in LAYERS if layer)
 
 
 def test_no_module_imports_up_a_layer():
@@ -96,25 +109,27 @@ def test_no_modules_import_each_other_in_a_circle():
     assert circles(import_graph()) == []
 
 
-@pytest.mark.parametrize("source, imported", [
-    ("from . import queue, rows", {"queue", "rows"}),
-    ("from .worker import Worker", {"worker"}),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .worker import Worker", {"worker"}),
-    ("def f():\n    from indexer.pool import Counters", {"pool"}),
-    ("import indexer.cli", {"cli"}),
-    ("import json\nfrom psycopg import sql", set()),
+@pytest.mark.parametrize("source, package, imported", [
+    ("from . import queue, claims", "jobqueue", {"jobqueue.queue", "jobqueue.claims"}),
+    ("from ..base import db, logs", "operations", {"base.db", "base.logs"}),
+    ("from ..node.rpc import RpcClient", "jobs", {"node.rpc"}),
+    ("from .operations import worker", "", {"operations.worker"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..operations.worker import Worker", "jobs",
+     {"operations.worker"}),
+    ("def f():\n    from indexer.operations.pool import Counters", "jobs", {"operations.pool"}),
+    ("import indexer.cli", "", {"cli"}),
+    ("import json\nfrom psycopg import sql", "base", set()),
 ])
-def test_every_kind_of_import_is_seen(source, imported):
-    assert imports_of(source) == imported
+def test_every_kind_of_import_is_seen(source, package, imported):
+    assert imports_of(source, package) == imported
 
 
 def test_a_back_import_and_a_circle_are_caught():
     """What the checks above would say of the circle this package had: a runner importing the
     worker that dispatches to it."""
-    layers = [("jobs", {"index_blocks"}), ("operations", {"worker"})]
-    graph = {"worker": {"index_blocks"}, "index_blocks": {"worker"}}
-    assert upward(graph, layers) == ["index_blocks (jobs) -> worker (operations)"]
-    assert circles(graph) == [["index_blocks", "worker"]]
+    graph = {"operations.worker": {"jobs.index_blocks"}, "jobs.index_blocks": {"operations.worker"}}
+    assert upward(graph, LAYERS) == ["jobs.index_blocks -> operations.worker"]
+    assert circles(graph) == [["jobs.index_blocks", "operations.worker"]]
     assert circles({"a": {"b"}, "b": set()}) == []
 
 

@@ -3,7 +3,7 @@ every worker has been dying for long enough to give up (`pool.Restarts`), on a c
 
 from __future__ import annotations
 
-from indexer.pool import MAX_RESTART_DELAY, STABLE_SECONDS, Restarts
+from indexer.operations.pool import MAX_RESTART_DELAY, STABLE_SECONDS, Restarts
 
 
 def test_a_worker_dying_young_waits_twice_as_long_each_time_up_to_the_cap():

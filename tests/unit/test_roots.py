@@ -1,4 +1,4 @@
-"""`indexer.roots` on real answers of real chains (tests/fixtures, provenance in its README.md):
+"""`indexer.chaindata.roots` on real answers of real chains (tests/fixtures, provenance in its README.md):
 every root recomputed equals the header's, every encoding equals what the `rlp` package makes of
 the same fields, and one hex digit changed anywhere that a root commits to is a RootMismatch
 naming that root. No database, no node, no network.
@@ -18,9 +18,9 @@ from typing import Any, Callable
 import pytest
 import rlp
 
-from indexer import encodings, json_encodings, ordered_trie, rlp_codec
-from indexer.errors import ChainDataError
-from indexer.roots import RootMismatch, check_block
+from indexer.base.errors import ChainDataError
+from indexer.chaindata import encodings, json_encodings, ordered_trie, rlp_codec
+from indexer.chaindata.roots import RootMismatch, check_block
 from indexer.testing import fixtures
 
 NAMES = fixtures.names()

@@ -3,7 +3,7 @@ split gave to another job."""
 
 from __future__ import annotations
 
-from indexer.rows import decode
+from indexer.chaindata.rows import decode
 from indexer.testing import fixtures
 
 

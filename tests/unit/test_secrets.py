@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from indexer import logs
-from indexer.errors import Secrets
+from indexer.base import logs
+from indexer.base.errors import Secrets
 
 KEY = "0123456789abcdef0123456789abcdef"
 RPC = f"https://projectid77:{KEY}@mainnet.example:8443/v3/{KEY}?apikey=qk%2Bsecret99&chain=1"
@@ -41,7 +41,7 @@ def test_what_is_not_secret_is_kept(secrets):
     text = "http://mainnet.example:8443: eth_getBlockByNumber failed: header not found (indexer v3.2 chain=1)"
     assert secrets.scrub(text) == text
     # The database's user and name are words of every log line, not secrets.
-    assert secrets.scrub("indexer.worker: job 3 done") == "indexer.worker: job 3 done"
+    assert secrets.scrub("indexer.operations.worker: job 3 done") == "indexer.operations.worker: job 3 done"
 
 
 SHORT = Secrets(["https://node.example/rpc/Sh0rt7?key=Ab1&chain=1&x", "https://me:pw4@eth.example/eth/k"])
@@ -54,7 +54,7 @@ SHORT = Secrets(["https://node.example/rpc/Sh0rt7?key=Ab1&chain=1&x", "https://m
     ("POST /rpc/Sh0rt7?key=Ab1&chain=1&x failed", "POST ***?*** failed"),
     ("path rpc/Sh0rt7, key Ab1, password pw4, and x", "path ***/***, key ***, password ***, and ***"),
     ("eth_getBlockByNumber at https://eth.example failed", "eth_getBlockByNumber at https://eth.example failed"),
-    ("indexer.rpc: v3.2 of Sh0rt7s, chain 1, block 1", "indexer.rpc: v3.2 of Sh0rt7s, chain 1, block 1"),
+    ("indexer.node.rpc: v3.2 of Sh0rt7s, chain 1, block 1", "indexer.node.rpc: v3.2 of Sh0rt7s, chain 1, block 1"),
 ])
 def test_a_short_part_is_scrubbed_as_a_whole_token_and_nothing_more(echoed, scrubbed):
     assert SHORT.scrub(echoed) == scrubbed
@@ -82,13 +82,13 @@ def test_log_lines_are_scrubbed_in_the_message_its_arguments_and_the_traceback(s
         try:
             raise ValueError(f"bad answer from {RPC}")
         except ValueError:
-            logging.getLogger("indexer.worker").exception("job %d crashed", 7)
+            logging.getLogger("indexer.operations.worker").exception("job %d crashed", 7)
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
     text = out.getvalue()
     assert 'DEBUG urllib3.connectionpool: https://mainnet.example:8443 "POST ***?*** HTTP/1.1" 200 512' in text
-    assert "ERROR indexer.worker: job 7 crashed" in text and "ValueError: bad answer from https://***@mainnet" in text
+    assert "ERROR indexer.operations.worker: job 7 crashed" in text and "ValueError: bad answer from https://***@mainnet" in text
     assert KEY not in text and "projectid77" not in text and "secret99" not in text
 
 

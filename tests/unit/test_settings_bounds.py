@@ -6,7 +6,7 @@ import annotated_types
 import pydantic
 import pytest
 
-from indexer import settings
+from indexer.base import settings
 
 NUMERIC = [name for name, field in settings.Settings.model_fields.items() if field.annotation in (int, float)]
 

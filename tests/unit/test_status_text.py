@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from indexer.follow import Reorg, State, Through
-from indexer.progress import Progress
-from indexer.queue_counts import Counts, FailedJob
-from indexer.states import JobStatus
-from indexer.status import Following, Status, as_json, duration, render
+from indexer.base.states import JobStatus
+from indexer.jobqueue.progress import Progress
+from indexer.jobqueue.queue_counts import Counts, FailedJob
+from indexer.operations.follow_state import Reorg, State, Through
+from indexer.operations.status import Following, Status, as_json, duration, render
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=timezone.utc)
 IDLE = Counts(pending=0, running=0, done=0, failed=0, running_past_lease=0, oldest_pending_age_seconds=None)

@@ -1,4 +1,4 @@
-"""`indexer.traces`: both tracer families to one kind of row, and what a node may send wrong.
+"""`indexer.chaindata.traces`: both tracer families to one kind of row, and what a node may send wrong.
 Small hand-made answers here, in the shapes anvil gives (see tests/test_traces.py for anvil's own
 answers and the recorded ones of real chains)."""
 
@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from indexer import traces
-from indexer.errors import ChainDataError
+from indexer.base.errors import ChainDataError
+from indexer.chaindata import traces
 
 A, B, C = "0x" + "aa" * 20, "0x" + "bb" * 20, "0x" + "cc" * 20
 TX = "0x" + "11" * 32

@@ -9,8 +9,9 @@ import copy
 
 import pytest
 
-from indexer import index_traces, traces
-from indexer.errors import ChainDataError
+from indexer.base.errors import ChainDataError
+from indexer.chaindata import traces
+from indexer.jobs import index_traces
 
 from .test_traces import BLOCK_HASH, TX, A, B, C
 

@@ -1,4 +1,4 @@
-"""`indexer.traces` on recorded tracer answers of real chains (tests/fixtures/traces, sources in
+"""`indexer.chaindata.traces` on recorded tracer answers of real chains (tests/fixtures/traces, sources in
 tests/fixtures/README.md): mainnet blocks traced by both families, erigon's expected answers for
 whole mainnet blocks, and go-ethereum's call-tracer test fixtures."""
 
@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from indexer import traces
+from indexer.chaindata import traces
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 BOTH_FAMILIES = (1_000_000, 1_000_690, 1_000_895, 1_011_973)  # ethereum-etl recorded both for these

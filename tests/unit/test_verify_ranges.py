@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from indexer.verify import Report, describe, merge_runs, ranges
-from indexer.verify_node import NodeReport, Runs, describe_against_node
+from indexer.operations.verify import Report, describe, merge_runs, ranges
+from indexer.operations.verify_node import NodeReport, Runs, describe_against_node
 
 
 def test_numbers_become_inclusive_runs():

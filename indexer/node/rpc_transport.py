@@ -1,0 +1,218 @@
+"""One HTTP request of JSON-RPC calls to one endpoint (`post`): sent on the endpoint's session of
+this thread, its answer read a megabyte at a time and parsed by msgspec, each call's result
+matched by id, a call's error kept as `Failed`, a request that failed as a whole `Refused`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import msgspec
+import orjson
+import requests
+
+from ..base import metrics
+from ..base.errors import Secrets
+from .rpc_errors import ERROR, PRUNED, RATE_LIMITED, TOO_LARGE, UNSUPPORTED, backoff_seconds, classify, retry_after_seconds
+from .rpc_rate import AdaptiveRate
+
+
+log = logging.getLogger(__name__)
+
+Call = tuple[str, Sequence[Any]]
+
+# Bytes of an answer read at a time: a batch of mainnet's blocks is megabytes, and requests'
+# own 10 KB pieces each cost a trip through requests, urllib3 and http.client: fetching took a
+# worker 19% more CPU (BENCHMARKS.md, "An answer's body read a megabyte at a time").
+BODY_PIECE = 1 << 20
+
+
+@dataclass(eq=False)
+class Endpoint:
+    url: str
+    label: str
+    max_batch: int
+    rate: AdaptiveRate
+    unsupported: set[str] = field(default_factory=set)  # methods it answered "method not found" for
+    _local: threading.local = field(default_factory=threading.local)
+
+    def session(self) -> requests.Session:
+        s = getattr(self._local, "session", None)
+        if s is None:
+            s = self._local.session = requests.Session()
+            s.headers["Content-Type"] = "application/json"
+        return s
+
+
+@dataclass(eq=False)
+class Slot:
+    """One call still to answer: a call of the caller (`part` None), or one of the calls its
+    fallback expanded it into."""
+
+    call: Call
+    owner: int
+    part: int | None = None
+    excluded: set[int] = field(default_factory=set)  # ids of the endpoints that cannot answer it
+    why: str = ""  # why the last of them cannot
+    bad_answer: bool = False  # the last of them answered a value that does not parse
+    too_slow: bool = False  # timed out whole: answered through the fallback's calls instead
+
+
+class Refused(Exception):
+    """A whole request failed. `kind` is its metric label."""
+
+    def __init__(self, message: str, kind: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+        self.sent_at = 0.0
+
+
+@dataclass
+class Failed:
+    """A call answered with an error, or, for the whole request, what went wrong (and where)."""
+
+    kind: str
+    message: str
+    retry_after: float | None = None
+    where: str = ""
+
+
+MISSING = object()
+
+
+def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secrets) -> list[Any]:
+    """One HTTP request of `chunk`'s calls: for each call its result, a `Failed`, or `MISSING`.
+    Raises `Refused` when the request failed as a whole. Every text the node sends is scrubbed of
+    `secrets`."""
+    body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": s.call[0], "params": list(s.call[1])}
+                         for i, s in enumerate(chunk)])
+    where = endpoint.label
+    methods = {s.call[0] for s in chunk}
+    method = methods.pop() if len(methods) == 1 else "mixed"
+    started = time.perf_counter()
+    try:
+        try:
+            with endpoint.session().post(endpoint.url, data=body, timeout=timeout, stream=True) as resp:
+                content = b"".join(resp.iter_content(BODY_PIECE))
+        finally:
+            metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
+    except requests.Timeout:
+        raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
+    except requests.ConnectionError as exc:
+        raise Refused(f"{where}: {_connection_failure(exc)}", "connection") from None
+    except requests.RequestException as exc:  # its text may hold the full URL, key and all
+        raise Refused(f"{where}: {type(exc).__name__}", "http") from None
+    try:
+        answer = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        answer = None
+    except RecursionError:
+        answer = _deep_json(content)
+    # Every text the node sends is scrubbed whole, before anything cuts it: a key cut in two
+    # is no longer found.
+    said = secrets.scrub
+    if resp.status_code == 429:
+        retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+        if retry_after is None and isinstance(answer, dict):
+            retry_after = backoff_seconds(answer.get("error"))
+        raise Refused(f"{where}: HTTP 429 rate limited", "http_429", retry_after)
+    if resp.status_code == 413:
+        raise Refused(f"{where}: HTTP 413 request too large", TOO_LARGE)
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        # One error for the whole request, whatever the HTTP status.
+        error = answer["error"]
+        message = said(str(error.get("message", "")))
+        kind = classify(error.get("code"), message)
+        if kind in (TOO_LARGE, RATE_LIMITED):
+            raise Refused(f"{where}: batch refused: {message[:200]}", kind, backoff_seconds(error))
+        if kind == PRUNED or kind == UNSUPPORTED and len({s.call[0] for s in chunk}) == 1:
+            return [Failed(kind, message) for _ in chunk]
+        if resp.status_code == 200:
+            raise Refused(f"{where}: batch refused: {said(str(error))[:200]}", ERROR)
+        raise Refused(f"{where}: HTTP {resp.status_code}: {said(str(error))[:200]}", f"http_{resp.status_code // 100}xx")
+    if resp.status_code != 200:
+        text = said(content.decode("utf-8", "replace"))[:300]
+        kind = classify(None, text)
+        if kind == TOO_LARGE:
+            raise Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", TOO_LARGE)
+        if kind == RATE_LIMITED:
+            raise Refused(f"{where}: HTTP {resp.status_code}: {text[:100]}", RATE_LIMITED,
+                           retry_after_seconds(resp.headers.get("Retry-After")))
+        raise Refused(f"{where}: HTTP {resp.status_code}", f"http_{resp.status_code // 100}xx")
+    if answer is None:
+        shown = said(content.decode("utf-8", "replace")).encode()
+        raise Refused(f"{where}: answer is not JSON: {shown[:40]!r}", "invalid_json")
+    if isinstance(answer, dict) and "result" in answer:  # a batch of one answered without its list
+        answer = [answer]
+    if not isinstance(answer, list):
+        raise Refused(f"{where}: answer is neither a list nor an error", "invalid_json")
+    by_id: dict[Any, Any] = {}
+    for item in answer:
+        if isinstance(item, dict) and "id" in item:
+            by_id[item["id"]] = item
+    results: list[Any] = []
+    for i in range(len(chunk)):
+        item = by_id.get(i)
+        if item is None:
+            results.append(MISSING)
+        elif item.get("error") is not None:
+            error = item["error"]
+            if isinstance(error, dict):
+                message = said(str(error.get("message", error)))
+                results.append(Failed(classify(error.get("code"), message), message, backoff_seconds(error)))
+            else:
+                message = said(str(error))
+                results.append(Failed(classify(None, message), message))
+        elif "result" not in item:
+            results.append(Failed("invalid_json", "answer has neither result nor error"))
+        else:
+            results.append(item["result"])
+    if all(r is MISSING for r in results):
+        raise Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
+    return results
+
+
+# The nesting a JSON answer may have: a call tracer's tree of a transaction whose calls go the
+# EVM's 1,024 deep nests past 2,048 levels (two a frame), and msgspec stops at the interpreter's
+# recursion limit (1,000 by default).
+DEEPEST_JSON = 4_200
+
+
+def _deep_json(content: bytes) -> Any:
+    """An answer nested deeper than msgspec parses, parsed by the standard library (whose parser
+    recurses once a level: the interpreter's limit is raised to allow it, once, for good, since
+    another thread may be parsing meanwhile); None if it is not JSON, or deeper still."""
+    if sys.getrecursionlimit() < DEEPEST_JSON + 200:
+        sys.setrecursionlimit(DEEPEST_JSON + 200)
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _connection_failure(exc: BaseException) -> str:
+    """Why a connection failed, from the exceptions requests and urllib3 wrap around the cause:
+    their own texts hold the full URL, key and all."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return "host name not found"
+        if isinstance(e, ConnectionResetError):
+            return "connection reset"
+        todo += [x for x in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args)
+                 if isinstance(x, BaseException)]
+    return "connection failed"
