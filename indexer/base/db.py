@@ -131,11 +131,11 @@ def connect_worker(url: str, *, lease_seconds: float, application_name: str) -> 
 
 def schema_dir() -> Path:
     """The migrations: inside the installed package, or at the top of a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "schema", here.parent / "schema"):
+    package = Path(__file__).resolve().parents[1]  # indexer/, above base/
+    for candidate in (package / "schema", package.parent / "schema"):
         if candidate.is_dir():
             return candidate
-    raise IndexerError(f"schema directory not found next to {here}")
+    raise IndexerError(f"schema directory not found next to {package}")
 
 
 def migration_files() -> list[Path]:
