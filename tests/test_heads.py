@@ -59,7 +59,7 @@ def test_polling_goes_on_while_the_subscription_is_down_and_the_subscription_com
         wait_for(lambda: pool_metric(port, "indexer_follow_subscribed") == 0, "the subscription to be seen gone")
         node.mine(1)
         wait_for(lambda: indexed(conn, 2), "block 2, found by polling while the subscription is down")
-        assert re.search(rf"WARNING indexer\.heads: head subscription at {proxy.url}: the connection closed \(.*\);"
+        assert re.search(rf"WARNING indexer\.node\.heads: head subscription at {proxy.url}: the connection closed \(.*\);"
                          r" polling goes on, subscribing again in [\d.]+ s", w.output()), w.output()
 
         proxy.restore()
