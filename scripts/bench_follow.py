@@ -152,9 +152,13 @@ class DbWatch(threading.Thread):
         with self.conn:
             while not self.stop.is_set():
                 began = time.monotonic()
+                # How far decoded first, then what is stored: a block is stored before it is decoded,
+                # so every block this round finds decoded it finds stored too (read the other way
+                # round, a block stored and decoded between the two reads was decoded but not
+                # stored, and the run that waited for it to be decoded found no time it was stored).
+                through = follow_state.progress(self.conn).decoded
                 numbers = [r[0] for r in self.conn.execute("SELECT number FROM blocks WHERE number >= %s",
                                                            (self.low,))]
-                through = follow_state.progress(self.conn).decoded
                 now = time.monotonic()
                 for n in numbers:
                     self.stored.setdefault(n, now)
