@@ -96,12 +96,18 @@ def test_fetches_at_once_follow_the_density():
     dense_from = DENSITY.index(400) + 5 * 10
     running = {"sparse": 0, "dense": 0}
     most = {"sparse": 0, "dense": 0}
+    # Four batches of empty blocks (100..139: the density is known by then, and empty) are held
+    # until all four are being fetched at once: that four may be is then seen however slowly the
+    # machine schedules the threads.
+    first_four = threading.Barrier(4)
 
     def fetch(first: int, last: int, max_transactions: int) -> Rows:
         key = "dense" if first >= dense_from else "sparse"
         with lock:
             running[key] += 1
             most[key] = max(most[key], running[key])
+        if 100 <= first < 140:
+            first_four.wait(timeout=30)
         time.sleep(0.01)
         with lock:
             running[key] -= 1
