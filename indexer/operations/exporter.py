@@ -76,6 +76,7 @@ class DatabaseCollector(Collector):
         self._up = 0.0
         self._refreshed = time.monotonic()
         self._stop = threading.Event()
+        self._quiet = threading.Lock()  # no warning once stopped: the pool's last line says why
         self._thread = threading.Thread(target=self._loop, name="db-metrics", daemon=True)
 
     def start(self) -> "DatabaseCollector":
@@ -84,7 +85,8 @@ class DatabaseCollector(Collector):
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._quiet:
+            self._stop.set()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -98,7 +100,9 @@ class DatabaseCollector(Collector):
             self._up = 1.0
         except psycopg.Error as exc:
             self._up = 0.0
-            log.warning("database metrics: %s", redact(first_line(exc)))
+            with self._quiet:
+                if not self._stop.is_set():
+                    log.warning("database metrics: %s", redact(first_line(exc)))
         self._refreshed = time.monotonic()
 
     def live(self) -> list[str]:

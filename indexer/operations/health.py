@@ -67,6 +67,9 @@ class Dependencies:
         self._failing: set[str] = set()  # whose last check failed
         self._errors: dict[str, str] = {}  # what the last failed check of each met, scrubbed
         self._stop = threading.Event()
+        # A check that fails as the pool stops says nothing: the pool's own last line says why it
+        # stopped, and a warning printed after it would hide it.
+        self._quiet = threading.Lock()
         self._database_url = database_url
         # Each client shows its endpoint's batch size among the workers' (the least of them is
         # shown): the size they start with, so that the checks never lower it. A rate limit
@@ -84,7 +87,8 @@ class Dependencies:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._quiet:
+            self._stop.set()
 
     def silent(self) -> list[tuple[str, float]]:
         """Each dependency with the seconds since it last answered."""
@@ -110,7 +114,9 @@ class Dependencies:
             except Exception as exc:  # whatever went wrong, it did not answer; the thread goes on
                 self._errors[name] = redact(first_line(exc))
                 self._failing.add(name)
-                log.warning("health: no answer from %s: %s", name, self._errors[name])
+                with self._quiet:
+                    if not self._stop.is_set():
+                        log.warning("health: no answer from %s: %s", name, self._errors[name])
 
     def _database(self) -> None:
         with psycopg.connect(self._database_url, autocommit=True, connect_timeout=int(CHECK_TIMEOUT),
