@@ -15,7 +15,7 @@
    when the next job was claimed ahead, else by `queue.complete_and_claim`, which claims the
    next one in the same statement. A range reaching past the safe head is indexed as far as is
    safe, then deferred with no attempt spent.
-Errors are raised to the ctx, which gives the job back (`ctx.py`).
+Errors are raised to the worker, which gives the job back (`operations/worker.py`).
 """
 
 from __future__ import annotations
