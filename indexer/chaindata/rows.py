@@ -144,19 +144,25 @@ def copy_text(text: str) -> str:
     return text
 
 
+def jsonb_text(value: Any) -> str:
+    """A JSON value as the text jsonb stores; ChainDataError for one it cannot (a NUL character):
+    said here, not by the database."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits (msgspec reads them exactly): jsonb holds it
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ChainDataError(f"a JSON value holds a NUL character, which jsonb cannot store: {text[:80]!r}")
+    return text
+
+
 def _json(value: Any) -> str:
     """Any JSON value as jsonb text in a COPY line (NULL for None)."""
     if value is None:
         return NULL
     if value == []:
         return "[]"
-    try:
-        text = orjson.dumps(value).decode()
-    except TypeError:  # an integer beyond 64 bits, from a parser other than orjson
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    if "\\u0000" in text and _JSON_NUL.search(text):  # jsonb cannot hold it: said here, not by COPY
-        raise ChainDataError(f"a JSON value holds a NUL character, which jsonb cannot store: {text[:80]!r}")
-    return copy_text(text)
+    return copy_text(jsonb_text(value))
 
 
 def _extra(item: dict[str, Any], known: frozenset[str]) -> str:

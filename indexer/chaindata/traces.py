@@ -27,14 +27,12 @@ did (callTracer marks only the frame that failed: the calls below it succeeded, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import re
-
-import orjson
-
 from ..base.errors import ChainDataError
+from .rows import jsonb_text
 
 CALL_TYPES = ("CALL", "DELEGATECALL", "STATICCALL", "CALLCODE", "CREATE", "CREATE2", "SELFDESTRUCT", "REWARD")
 
@@ -66,7 +64,6 @@ _HEX = re.compile(r"0x[0-9a-fA-F]*")
 # Bor logs each transaction's fee (LogFeeTransfer) and a plain transfer of the native token
 # (LogTransfer) at its MATIC/POL contract. The log check does not look for a call of theirs.
 SYSTEM_LOG_ADDRESSES = frozenset({"0x0000000000000000000000000000000000001010"})
-_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash and "u0000"
 
 
 @dataclass
@@ -140,14 +137,12 @@ def _extra(item: dict[str, Any], known: frozenset[str], prefix: str = "") -> dic
 
 
 def _storable(number: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """`extra`, if jsonb can hold it: no NUL character, no number past 64 bits."""
+    """`extra`, if jsonb can hold it (`rows.jsonb_text`)."""
     if extra:
         try:
-            text = orjson.dumps(extra)
-        except TypeError:
-            raise ChainDataError(f"block {number}: a trace holds a number jsonb cannot store") from None
-        if _JSON_NUL.search(text):
-            raise ChainDataError(f"block {number}: a trace holds a NUL character, which jsonb cannot store")
+            jsonb_text(extra)
+        except ChainDataError as exc:
+            raise ChainDataError(f"block {number}: in a trace's extra, {exc}") from None
     return extra
 
 

@@ -141,6 +141,15 @@ def test_values_no_column_can_hold_are_refused_by_name(break_it, says):
         traces.from_call_tracer(7, answer)
 
 
+def test_a_number_past_64_bits_a_node_adds_is_kept_exactly():
+    """jsonb holds any integer, and the client reads one past 64 bits exactly (msgspec): a trace
+    keeps it in `extra` as it came, not refused and not a float."""
+    answer = copy.deepcopy(CALL_TRACER)
+    answer[0]["result"]["l2Fee"] = 2**70 + 1
+    (top, *_) = traces.from_call_tracer(7, answer)
+    assert top.extra["l2Fee"] == 2**70 + 1 and type(top.extra["l2Fee"]) is int
+
+
 def test_a_call_tree_deeper_than_the_evm_allows_is_refused_without_a_recursion_error():
     frame = {"type": "CALL", "from": A, "to": B, "value": "0x0", "input": "0x"}
     top = frame
