@@ -21,11 +21,10 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Iterator
 
 from ..base import metrics
-from ..jobqueue.claims import Stopping
+from ..jobqueue.claims import keeping_leases
 from ..jobqueue.queue import Claim
 from .chain import Rows
 
@@ -228,16 +227,8 @@ class Prefetcher:
         """The batch, once fetched. A wait of a third of a lease or more calls `keep_alive` (the
         worker extends the leases it holds): the node is slow, not the worker, and a batch asked
         before the node's rate limit was known may take longer than a lease to come."""
-        started = kept_at = time.perf_counter()
+        started = time.perf_counter()
         try:
-            while True:
-                try:
-                    return future.result(timeout=0.5)
-                except FutureTimeout:
-                    if self.stop.is_set():
-                        raise Stopping() from None
-                    if time.perf_counter() - kept_at >= self.lease_seconds / 3:
-                        self.keep_alive()
-                        kept_at = time.perf_counter()
+            return keeping_leases(future, keep_alive=self.keep_alive, lease_seconds=self.lease_seconds, stop=self.stop)
         finally:
             metrics.counted.wait_seconds.inc(time.perf_counter() - started)

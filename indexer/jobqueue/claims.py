@@ -8,8 +8,12 @@ ever forgotten while its lease runs.
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import psycopg
 
@@ -43,6 +47,29 @@ class Ended:
     outcome: Outcome
     detail: str  # for the log line
     following: Claim | None = None  # claimed with the completion, to run next
+
+
+T = TypeVar("T")
+
+# How often a wait looks whether the worker is stopping.
+STOP_POLL_SECONDS = 0.5
+
+
+def keeping_leases(future: Future[T], *, keep_alive: Callable[[], None], lease_seconds: float,
+                   stop: threading.Event) -> T:
+    """The future's result, once the work in it is done. A wait of a third of a lease or more
+    calls `keep_alive` (the worker extends the leases it holds): the node is slow, not the
+    worker, and the reaper must not take the job. `Stopping` as soon as `stop` is set."""
+    kept_at = time.perf_counter()
+    while True:
+        try:
+            return future.result(timeout=STOP_POLL_SECONDS)
+        except FutureTimeout:
+            if stop.is_set():
+                raise Stopping() from None
+            if time.perf_counter() - kept_at >= lease_seconds / 3:
+                keep_alive()
+                kept_at = time.perf_counter()
 
 
 # A claim whose heartbeat, completion or defer found its lease taken back.

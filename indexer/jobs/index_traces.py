@@ -24,6 +24,7 @@ completion.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -39,7 +40,7 @@ from ..chaindata import traces
 from ..chaindata.chain import CHAIN_DATA_ATTEMPTS
 from ..chaindata.stored_roots import as_data, as_quantity
 from ..jobqueue import queue
-from ..jobqueue.claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable
+from ..jobqueue.claims import LOST, Ended, LostClaim, Stopping, Unready, Unrunnable, keeping_leases
 from ..jobqueue.queue import Claim
 from ..node.rpc import RpcClient
 from ..node.rpc_batch import Fallback
@@ -255,23 +256,18 @@ def write(conn: psycopg.Connection, first: int, last: int, blocks: list[StoredBl
 
 
 def _keeping_alive(ctx: JobContext, work: Callable[[], T]) -> T:
-    """`work()` in a thread while this one extends the leases held, as a batch's fetch does
-    (`Worker.keep_alive`): a node slow to trace a window must not let the reaper take the job."""
-    outcome: dict[str, Any] = {}
+    """`work()` in a thread while this one keeps the leases held, as a batch's fetch does
+    (`claims.keeping_leases`): a node slow to trace a window must not let the reaper take the job."""
+    future: Future[T] = Future()
 
     def target() -> None:
         try:
-            outcome["value"] = work()
-        except BaseException as exc:  # raised below, in the worker's thread
-            outcome["error"] = exc
+            future.set_result(work())
+        except BaseException as exc:  # raised in the worker's thread, by the future
+            future.set_exception(exc)
 
-    thread = threading.Thread(target=target, name="traces fetch", daemon=True)
-    thread.start()
-    while thread.join(timeout=ctx.cfg.lease_seconds / 3) or thread.is_alive():
-        ctx.keep_alive()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    threading.Thread(target=target, name="traces fetch", daemon=True).start()
+    return keeping_leases(future, keep_alive=ctx.keep_alive, lease_seconds=ctx.cfg.lease_seconds, stop=ctx.stop)
 
 
 def run(ctx: JobContext, job: Claim) -> Ended:
