@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -61,12 +62,28 @@ def template_db() -> Iterator[str]:
     drop_database(name)
 
 
+@contextmanager
+def cloned_database(template: str) -> Iterator[tuple[str, str]]:
+    """A fresh database copied from `template`: its name and URL; dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = create_database(name, template=template)
+    try:
+        yield name, url
+    finally:
+        drop_database(name)
+
+
 @pytest.fixture
 def db_url(template_db: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=template_db)
-    yield url
-    drop_database(name)
+    with cloned_database(template_db) as (_, url):
+        yield url
+
+
+@pytest.fixture
+def other_db_url(template_db: str) -> Iterator[str]:
+    """A second database beside `db_url`, migrated alike."""
+    with cloned_database(template_db) as (_, url):
+        yield url
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import uuid
 
 import psycopg
 import pytest
@@ -23,7 +22,7 @@ from indexer.testing.processes import descendants, kill_all, signal_quietly
 from indexer.testing.waiting import wait_for
 from indexer.testing.work import pool_metric
 
-from .conftest import create_database, drop_database, run_indexer
+from .conftest import run_indexer
 
 
 @pytest.fixture
@@ -273,32 +272,27 @@ def test_a_stalled_planning_pool_is_ended_by_the_other_and_comes_back_as_a_follo
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone()[0] == 0
 
 
-def test_a_silent_holder_is_looked_for_in_this_database_only(db_url, conn, template_db):
+def test_a_silent_holder_is_looked_for_in_this_database_only(db_url, conn, other_db_url):
     """Two databases on one server, each followed: advisory locks carry the same keys in both.
     A follow_state that names a session of the other database (a pid reused since its planner
     died) ends nothing there; this database's own silent holder is ended."""
-    other = f"t_{uuid.uuid4().hex[:12]}"
-    other_url = create_database(other, template=template_db)
-    try:
-        with psycopg.connect(other_url, autocommit=True) as elsewhere, \
-                psycopg.connect(db_url, autocommit=True) as here:
-            for holder in (elsewhere, here):
-                assert holder.execute(follow.TRY_PLANNER_LOCK, PLANNER_LOCK_KEYS).fetchone()[0]
-            silent = {"silent": 60}
+    with psycopg.connect(other_db_url, autocommit=True) as elsewhere, \
+            psycopg.connect(db_url, autocommit=True) as here:
+        for holder in (elsewhere, here):
+            assert holder.execute(follow.TRY_PLANNER_LOCK, PLANNER_LOCK_KEYS).fetchone()[0]
+        silent = {"silent": 60}
 
-            def names(pid: int) -> None:
-                conn.execute("INSERT INTO follow_state (planned_through, planner, planner_pid, polled_at)"
-                             " VALUES (0, 'x:1', %s, now() - interval '1 hour') ON CONFLICT (singleton)"
-                             " DO UPDATE SET planner_pid = EXCLUDED.planner_pid, polled_at = EXCLUDED.polled_at", (pid,))
+        def names(pid: int) -> None:
+            conn.execute("INSERT INTO follow_state (planned_through, planner, planner_pid, polled_at)"
+                         " VALUES (0, 'x:1', %s, now() - interval '1 hour') ON CONFLICT (singleton)"
+                         " DO UPDATE SET planner_pid = EXCLUDED.planner_pid, polled_at = EXCLUDED.polled_at", (pid,))
 
-            names(elsewhere.info.backend_pid)
-            assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == []
-            assert elsewhere.execute("SELECT 1").fetchone() == (1,)  # its session lives on
-            assert conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone()[0] == here.info.backend_pid
+        names(elsewhere.info.backend_pid)
+        assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == []
+        assert elsewhere.execute("SELECT 1").fetchone() == (1,)  # its session lives on
+        assert conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone()[0] == here.info.backend_pid
 
-            names(here.info.backend_pid)
-            assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == [(True,)]
-            wait_for(lambda: conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone() is None,
-                     "this database's silent holder to be gone")
-    finally:
-        drop_database(other)
+        names(here.info.backend_pid)
+        assert conn.execute(follow.END_SILENT_HOLDER, PLANNER_LOCK_KEYS | silent).fetchall() == [(True,)]
+        wait_for(lambda: conn.execute(follow.PLANNER_SESSION, PLANNER_LOCK_KEYS).fetchone() is None,
+                 "this database's silent holder to be gone")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from typing import Any, Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from indexer.testing.processes import descendants, kill_all
 from indexer.testing.trace_contracts import TraceChain, build_trace_chain
 from indexer.testing.waiting import wait_for
 
-from .conftest import create_database, drop_database, run_indexer
+from .conftest import cloned_database, run_indexer
 from .test_traces_job import index, rows
 
 PARITY = ("debug_traceBlockByHash", "debug_traceTransaction")  # what a parity-only node lacks
@@ -42,15 +41,10 @@ class Reference:
 @pytest.fixture(scope="module")
 def reference(template_db: str) -> Iterator[Reference]:
     from indexer.testing.work import Pools
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=template_db)
-    try:
-        with Anvil() as node, Pools() as pools:
-            chain = build_trace_chain(node)
-            index(url, node.url, pools.start, end=node.head() + 1)
-            yield Reference(node, chain, rows(url))
-    finally:
-        drop_database(name)
+    with cloned_database(template_db) as (_, url), Anvil() as node, Pools() as pools:
+        chain = build_trace_chain(node)
+        index(url, node.url, pools.start, end=node.head() + 1)
+        yield Reference(node, chain, rows(url))
 
 
 def stored_blocks_only(db_url: str, reference: Reference, work) -> None:

@@ -6,7 +6,6 @@ a repair that gives back the traces it deleted, and a reorg rolled back with its
 from __future__ import annotations
 
 import json
-import uuid
 from decimal import Decimal
 from typing import Any, Iterator
 
@@ -21,7 +20,7 @@ from indexer.testing.node_compare import copy_is_the_node_s
 from indexer.testing.trace_contracts import TraceChain, build_trace_chain
 from indexer.testing.waiting import wait_for
 
-from .conftest import create_database, drop_database, run_indexer
+from .conftest import run_indexer
 
 # What a user reads of a trace; `extra` aside, where the families differ by design (each keeps
 # its own keys, and its own top-level gas used).
@@ -40,13 +39,6 @@ class TraceNode:
 def trace_node() -> Iterator[TraceNode]:
     with Anvil() as node:
         yield TraceNode(node, build_trace_chain(node))
-
-
-@pytest.fixture
-def other_db_url(template_db: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    yield create_database(name, template=template_db)
-    drop_database(name)
 
 
 def index(db_url: str, rpc_url: str, work, *, end: int, traces_on: bool = True, **env: str) -> str:

@@ -8,7 +8,6 @@ already, the two deadlocked (the deletion holding the traces' rows, the window t
 from __future__ import annotations
 
 import threading
-import uuid
 from typing import Any, Iterator
 
 import psycopg
@@ -21,7 +20,7 @@ from indexer.operations import verify
 from indexer.testing.anvil import Anvil
 from indexer.testing.waiting import wait_for
 
-from .conftest import create_database, drop_database
+from .conftest import cloned_database
 from .test_traces_job import index
 
 WAITING = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
@@ -31,20 +30,16 @@ WAITING = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
 def indexed(template_db: str, chain_node) -> Iterator[str]:
     """chain_node's chain indexed by the pool, with no traces (INDEXER_TRACES off): a template."""
     from indexer.testing.work import Pools
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=template_db)
-    with Pools() as pools:
-        index(url, chain_node.url, pools.start, end=chain_node.head() + 1, traces_on=False)
-    yield name
-    drop_database(name)
+    with cloned_database(template_db) as (name, url):
+        with Pools() as pools:
+            index(url, chain_node.url, pools.start, end=chain_node.head() + 1, traces_on=False)
+        yield name
 
 
 @pytest.fixture
 def copy_db(indexed: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    url = create_database(name, template=indexed)
-    yield url
-    drop_database(name)
+    with cloned_database(indexed) as (_, url):
+        yield url
 
 
 def traced(node: Anvil, stored: list[index_traces.StoredBlock]) -> dict[int, list[traces.Trace]]:

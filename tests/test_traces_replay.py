@@ -11,13 +11,11 @@ full block and receipts recorded in a public repository found so far (tests/fixt
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
-import pytest
 import requests
 
 from indexer.base import db
@@ -27,20 +25,13 @@ from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.fixtures import TRACES, recorded_trace
 from indexer.testing.replay import ReplayNode
 
-from .conftest import create_database, drop_database, run_indexer
+from .conftest import run_indexer
 
 GOERLI, SEPOLIA = "optimism-goerli-5003318", "optimism-sepolia-4089330"
 CHAIN_IDS = {GOERLI: 420, SEPOLIA: 11155420}
 
 COLUMNS = ("block_number, position, transaction_index, transaction_hash, trace_address, type, from_address,"
            " to_address, value, gas, gas_used, input, output, error, revert_reason, reverted, subtraces, extra")
-
-
-@pytest.fixture
-def other_db_url(template_db: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    yield create_database(name, template=template_db)
-    drop_database(name)
 
 
 def index(db_url: str, rpc_url: str, work, numbers: list[int]) -> str:
