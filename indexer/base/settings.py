@@ -231,8 +231,12 @@ def reference() -> str:
         "|---|---|---|",
     ]
     for name, field in Settings.model_fields.items():
-        default = "(computed)" if field.default_factory is not None else \
-            "none" if field.default is None else f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
+        if field.default_factory is not None:
+            default = "(computed)"
+        elif field.default is None:
+            default = "none"
+        else:
+            default = f"`{str(field.default).lower() if isinstance(field.default, bool) else field.default}`"
         meaning = (field.description or "").replace("|", "\\|")
         lines.append(f"| `INDEXER_{name.upper()}` | {default} | {meaning} |")
     return "\n".join(lines) + "\n"

@@ -27,7 +27,8 @@ from .rows import Rows, decode
 log = logging.getLogger(__name__)
 
 # Answers that disagree with each other (a reorg under the fetch, a node behind a load balancer
-# answering from two heights) are asked again this many times before the job is given back (blocks and traces alike).
+# answering from two heights) are asked again this many times before the job is given back
+# (blocks and traces alike).
 CHAIN_DATA_ATTEMPTS = 3
 
 _QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .encodings import EMPTY_BLOOM, SIGNED_TYPES, Uncheckable, bloom_bits, hex_bytes, outcome_json, transaction_type, y_parity
+from .encodings import (EMPTY_BLOOM, SIGNED_TYPES, Uncheckable, bloom_bits, hex_bytes, outcome_json, transaction_type,
+                        y_parity)
 from .rlp_codec import BYTE, EMPTY_LIST, LIST_PREFIX, STRING_PREFIX, long_prefix, rlp_int
 
 _STRING_HEX = [prefix.hex() for prefix in STRING_PREFIX]  # for n < 256 bytes

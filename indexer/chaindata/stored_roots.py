@@ -77,8 +77,9 @@ def _transaction(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
      receipt_extra) = row
     tx = {
         **(extra or {}),
-        "hash": as_data(tx_hash), "from": as_data(sender), "to": as_data(to), "type": as_quantity(kind), "nonce": as_quantity(nonce),
-        "gas": as_quantity(gas), "value": as_quantity(value), "input": as_data(data), "r": as_quantity(r), "s": as_quantity(s), "v": as_quantity(v),
+        "hash": as_data(tx_hash), "from": as_data(sender), "to": as_data(to), "type": as_quantity(kind),
+        "nonce": as_quantity(nonce), "gas": as_quantity(gas), "value": as_quantity(value), "input": as_data(data),
+        "r": as_quantity(r), "s": as_quantity(s), "v": as_quantity(v),
         "yParity": as_quantity(y_parity), "chainId": as_quantity(chain_id), "gasPrice": as_quantity(gas_price),
         "maxPriorityFeePerGas": as_quantity(tip), "maxFeePerGas": as_quantity(fee_cap), "accessList": access_list,
         "maxFeePerBlobGas": as_quantity(blob_fee_cap),
@@ -87,7 +88,8 @@ def _transaction(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     receipt = {
         **(receipt_extra or {}),
-        "transactionHash": as_data(tx_hash), "type": as_quantity(kind), "status": as_quantity(status), "root": as_data(root),
+        "transactionHash": as_data(tx_hash), "type": as_quantity(kind), "status": as_quantity(status),
+        "root": as_data(root),
         "cumulativeGasUsed": as_quantity(cumulative), "logsBloom": as_data(bloom), "logs": [],
     }
     return {k: v for k, v in tx.items() if v is not None}, {k: v for k, v in receipt.items() if v is not None}

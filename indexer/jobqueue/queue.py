@@ -33,8 +33,8 @@ NOTIFY_CHANNEL = "indexer_jobs"
 # Statuses are written into the statements as literals, not bound: the claim's partial index
 # (`WHERE status = 'pending'`) can serve only a query whose predicate is that same literal, and
 # the workers' sessions run generic plans, which never see a parameter's value.
-PENDING_SQL, RUNNING_SQL, DONE_SQL, FAILED_SQL = (f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE,
-                                                         JobStatus.FAILED))
+PENDING_SQL, RUNNING_SQL, DONE_SQL, FAILED_SQL = (
+    f"'{s}'" for s in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED))
 
 ENQUEUE = """
 INSERT INTO jobs (kind, payload, run_at)
