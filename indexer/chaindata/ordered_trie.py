@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .rlp_codec import BYTE, EMPTY_STRING, LIST_PREFIX, STRING_PREFIX, keccak, long_prefix, rlp_int, rlp_list, rlp_string
+from .rlp_codec import (BYTE, EMPTY_STRING, LIST_PREFIX, STRING_PREFIX, keccak, long_prefix, rlp_int, rlp_list,
+                        rlp_string)
 
 EMPTY_ROOT = keccak(EMPTY_STRING)  # 0x56e81f...b421: the root of a trie with nothing in it
 EMPTY_ROOT_HEX = "0x" + EMPTY_ROOT.hex()

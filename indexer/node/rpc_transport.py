@@ -20,7 +20,8 @@ import requests
 
 from ..base import metrics
 from ..base.errors import Secrets
-from .rpc_errors import ERROR, PRUNED, RATE_LIMITED, TOO_LARGE, UNSUPPORTED, backoff_seconds, classify, retry_after_seconds
+from .rpc_errors import (ERROR, PRUNED, RATE_LIMITED, TOO_LARGE, UNSUPPORTED, backoff_seconds, classify,
+                         retry_after_seconds)
 from .rpc_rate import AdaptiveRate
 
 

@@ -20,7 +20,8 @@ from ..chaindata import chain, forks
 from ..jobs.planner import PLAN_LOCK
 from ..node.rpc import RpcClient
 from . import follow_state
-from .verify import MISSING_RUNS, SHOWN, STORED_BLOCKS, WINDOW, Planned, Run, delete_and_replan_traces, ranges, runs_text
+from .verify import (MISSING_RUNS, SHOWN, STORED_BLOCKS, WINDOW, Planned, Run, delete_and_replan_traces, ranges,
+                     runs_text)
 
 # The stored hashes of [after, end), by keyset, a window at a time.
 STORED_HASHES = """

@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 
 from ..chaindata import json_encodings, ordered_trie, rlp_codec
-from .mainnet_eras import CHAIN_ID, EMPTY_UNCLES, MERGE, SPURIOUS_DRAGON, TRANSFER_TOPIC, WITHDRAWALS_PER_BLOCK, Era, Shape, calldata, draw_count, draw_tx_type, mixed_shape, weighted
+from .mainnet_eras import (CHAIN_ID, EMPTY_UNCLES, MERGE, SPURIOUS_DRAGON, TRANSFER_TOPIC, WITHDRAWALS_PER_BLOCK, Era,
+                           Shape, calldata, draw_count, draw_tx_type, mixed_shape, weighted)
 from .mainnet_traces import CallShape, call_tree, recorded_trees
 
 

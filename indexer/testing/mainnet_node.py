@@ -99,7 +99,8 @@ import orjson
 from ..chaindata import rlp_codec
 from .loopback import LoopbackServer
 from .mainnet_blocks import TX_MARKERS, WITHDRAWAL_MARKERS, Template, block_hashes, pick_template, render
-from .mainnet_eras import CHAIN_ID, ERAS, WITHDRAWALS_PER_BLOCK, Shape, block_hash, era_of, recorded_shapes, timestamp_of
+from .mainnet_eras import (CHAIN_ID, ERAS, WITHDRAWALS_PER_BLOCK, Shape, block_hash, era_of, recorded_shapes,
+                           timestamp_of)
 
 
 # Blocks a forked process computes at a time (`precompute`).

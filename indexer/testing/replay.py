@@ -46,7 +46,8 @@ import orjson
 from . import fixtures
 from .fixtures import TRACES, recorded_trace
 from .loopback import LoopbackServer, send
-from .node_errors import ALCHEMY_RATE_LIMITED, BATCH_TOO_LARGE, EMPTY_BATCH, INFURA_RATE_LIMITED, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, PRUNED_HISTORY, RESPONSE_TOO_LARGE
+from .node_errors import (ALCHEMY_RATE_LIMITED, BATCH_TOO_LARGE, EMPTY_BATCH, INFURA_RATE_LIMITED, INVALID_REQUEST,
+                          METHOD_NOT_FOUND, PARSE_ERROR, PRUNED_HISTORY, RESPONSE_TOO_LARGE)
 
 _TAGS_HIGHEST = ("latest", "pending", "finalized", "safe")
 
