@@ -17,12 +17,11 @@ from .base.errors import DatabaseUnavailable, IndexerError, Secrets, first_line,
 from .base.logs import configure as configure_logs
 from .base.wording import counted
 from .cli_parser import EXIT_USAGE, build_parser
-from .decoding import abi
-from .decoding.abi_names import short
 from .jobqueue import queue, retention
 from .jobs import planner, reaper
-from .node.rpc import RpcClient
-from .operations import exporter, pool, status, verify, verify_node
+
+# The commands that need eth-abi, the node's client or the pool import them where they run: every
+# command would otherwise pay their half a second of imports at its start (plan, status, migrate).
 
 EXIT_RUNTIME = 1
 EXIT_INTERRUPTED = 130  # as a shell reports a command killed by SIGINT
@@ -51,6 +50,8 @@ def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .operations import pool
+
     if args.follow and args.drain:
         return _usage_error(args.command, "--follow never ends and --drain ends once the queue is empty: give one of them")
     if args.start is not None and not args.follow:
@@ -63,6 +64,8 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
         raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
     with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable
         pass
+    from .operations import exporter
+
     stop = threading.Event()
     signals.on_stop(stop.set)
     exporter.serve_database_gauges(cfg.database_url, host=cfg.metrics_host, port=cfg.metrics_port,
@@ -71,6 +74,9 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .node.rpc import RpcClient
+    from .operations import verify, verify_node
+
     repair_with_chunk = cfg.chunk if args.repair else None
     if args.max_depth is not None and not (args.against_node and args.repair):
         return _usage_error(args.command, "--max-depth bounds the repair of --against-node: it goes with both"
@@ -109,6 +115,8 @@ def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .operations import status
+
     stop = threading.Event()
     signals.on_stop(stop.set)
     with db.connect(cfg.database_url) as conn:
@@ -122,6 +130,9 @@ def cmd_abi(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .decoding import abi
+    from .decoding.abi_names import short
+
     new = abi.registration(args.name, args.file, addresses=args.addresses, from_block=args.from_block)
     with db.connect(cfg.database_url) as conn:
         added = abi.add(conn, new, chunk=cfg.chunk)
@@ -137,6 +148,9 @@ def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .decoding import abi
+    from .decoding.abi_names import short
+
     with db.connect(cfg.database_url) as conn:
         listed = abi.listing(conn)
     if not listed:
@@ -154,6 +168,8 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_abi_drop(cfg: settings.Settings, args: argparse.Namespace) -> int:
+    from .decoding import abi
+
     with db.connect(cfg.database_url) as conn:
         tables = abi.drop(conn, args.name)
     print(f"dropped ABI {args.name} and its {len(tables)} table(s)")

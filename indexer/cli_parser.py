@@ -16,7 +16,7 @@ from .base import settings
 from .base.block_range import MAX_END
 from .base.errors import redact
 from .base.settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
-from .decoding import abi_parse
+from .decoding import abi_bounds
 from .jobqueue import retention
 from .jobs import planner
 
@@ -253,7 +253,7 @@ def build_parser() -> Parser:
         description="Register the ABI in FILE (a JSON list of entries, or a compiler's or explorer's artifact with"
         " an \"abi\" list) as NAME: each non-anonymous event gets a table abi_NAME_EVENT, and decode_logs jobs"
         " are planned for every block indexed so far at or above --from-block, all in one transaction. An ABI has"
-        f" at most {abi_parse.MAX_EVENTS} events of at most {abi_parse.MAX_PARAMS} parameters each.",
+        f" at most {abi_bounds.MAX_EVENTS} events of at most {abi_bounds.MAX_PARAMS} parameters each.",
     )
     a.add_argument("name", metavar="NAME", help="a lower-case letter, then up to 30 lower-case letters, digits or _")
     a.add_argument("file", metavar="FILE", help="the ABI, as JSON")

@@ -16,7 +16,7 @@ import pytest
 from eth_utils import keccak
 
 from indexer.base.block_range import DECODE_LOGS
-from indexer.decoding import abi, abi_decode, abi_parse
+from indexer.decoding import abi, abi_bounds, abi_decode
 from indexer.jobqueue import queue
 from indexer.testing.anvil import EMITTER_INIT, Anvil
 from indexer.testing.cluster import OwnPostgres
@@ -65,13 +65,13 @@ def registry(conn: psycopg.Connection) -> tuple[int, int]:
 
 
 def test_an_abi_at_the_bound_is_added_decoded_listed_and_dropped(db_url, conn, tmp_path, work):
-    path = events_abi(tmp_path / "bound.json", abi_parse.MAX_EVENTS)
-    chosen = [0, abi_parse.MAX_EVENTS // 2, abi_parse.MAX_EVENTS - 1]
+    path = events_abi(tmp_path / "bound.json", abi_bounds.MAX_EVENTS)
+    chosen = [0, abi_bounds.MAX_EVENTS // 2, abi_bounds.MAX_EVENTS - 1]
     with Anvil() as node:
         emitter, receipts = emit(node, [SIGNATURE.format(n=n) for n in chosen])
         added = run_indexer("abi", "add", "bound", str(path), db_url=db_url)
         assert added.returncode == 0, added.stderr
-        assert added.stdout.startswith(f"registered ABI bound: {abi_parse.MAX_EVENTS} event table(s)\n")
+        assert added.stdout.startswith(f"registered ABI bound: {abi_bounds.MAX_EVENTS} event table(s)\n")
         assert run_indexer("plan", "--from", "0", "--to", str(node.head() + 1), "--chunk", "2",
                            db_url=db_url).returncode == 0
         assert work(db_url, node.url, "--workers", "2", "--drain").wait() == 0
@@ -84,13 +84,13 @@ def test_an_abi_at_the_bound_is_added_decoded_listed_and_dropped(db_url, conn, t
             (receipt["blockNumber"], log["logIndex"], bytes.fromhex(emitter[2:]), sender,
              int.from_bytes(keccak(text=SIGNATURE.format(n=n))), number)]
     listed = run_indexer("abi", "list", db_url=db_url).stdout.splitlines()
-    assert listed[0] == f"bound: any address, from block 0, {abi_parse.MAX_EVENTS} event table(s)"
-    assert len(listed) == 1 + abi_parse.MAX_EVENTS
+    assert listed[0] == f"bound: any address, from block 0, {abi_bounds.MAX_EVENTS} event table(s)"
+    assert len(listed) == 1 + abi_bounds.MAX_EVENTS
     assert {f"  {SIGNATURE.format(n=n)} -> abi_bound_event{n}: 1 row(s)" for n in chosen} <= set(listed)
 
     dropped = run_indexer("abi", "drop", "bound", db_url=db_url)
     assert dropped.returncode == 0, dropped.stderr
-    assert dropped.stdout == f"dropped ABI bound and its {abi_parse.MAX_EVENTS} table(s)\n"
+    assert dropped.stdout == f"dropped ABI bound and its {abi_bounds.MAX_EVENTS} table(s)\n"
     assert event_tables(conn) == 0 and registry(conn) == (0, 0)
     assert run_indexer("abi", "list", db_url=db_url).stdout == "no ABI is registered\n"
 
@@ -107,15 +107,15 @@ def one_event(*inputs: dict[str, Any], name: str = "E") -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("document, message", [
-    ([{"type": "event", "name": f"E{n}", "inputs": []} for n in range(abi_parse.MAX_EVENTS + 1)],
-     f"the ABI has {abi_parse.MAX_EVENTS + 1} events; at most {abi_parse.MAX_EVENTS} are allowed"),
-    (one_event(*[{"name": f"a{n}", "type": "uint8"} for n in range(abi_parse.MAX_PARAMS + 1)]),
-     f"has {abi_parse.MAX_PARAMS + 1} parameters; at most {abi_parse.MAX_PARAMS} are allowed"),
+    ([{"type": "event", "name": f"E{n}", "inputs": []} for n in range(abi_bounds.MAX_EVENTS + 1)],
+     f"the ABI has {abi_bounds.MAX_EVENTS + 1} events; at most {abi_bounds.MAX_EVENTS} are allowed"),
+    (one_event(*[{"name": f"a{n}", "type": "uint8"} for n in range(abi_bounds.MAX_PARAMS + 1)]),
+     f"has {abi_bounds.MAX_PARAMS + 1} parameters; at most {abi_bounds.MAX_PARAMS} are allowed"),
     (one_event({"name": "a", "type": "uint256" + "[]" * 5000}),
-     f"[][]… (10,007 characters)' has more than {abi_parse.MAX_DIMENSIONS} array dimensions"),
+     f"[][]… (10,007 characters)' has more than {abi_bounds.MAX_DIMENSIONS} array dimensions"),
     (one_event({"name": "a", "type": "uint256[99999999999999999999]"}),
-     f"'uint256[99999999999999999999]' has fixed-size arrays of more than {abi_parse.MAX_STATIC_WORDS:,} words in all"),
-    (one_event(deep_tuple(abi_parse.MAX_DEPTH + 1)), f"tuples nested more than {abi_parse.MAX_DEPTH} deep"),
+     f"'uint256[99999999999999999999]' has fixed-size arrays of more than {abi_bounds.MAX_STATIC_WORDS:,} words in all"),
+    (one_event(deep_tuple(abi_bounds.MAX_DEPTH + 1)), f"tuples nested more than {abi_bounds.MAX_DEPTH} deep"),
 ], ids=["events", "parameters", "dimensions", "array size", "nesting"])
 def test_an_abi_past_a_bound_is_refused_with_one_line_and_nothing_written(db_url, conn, tmp_path, document,
                                                                           message):
@@ -166,7 +166,7 @@ def done_decode_jobs(conn: psycopg.Connection) -> int:
 def test_a_drop_waits_for_the_decode_windows_in_flight_not_for_the_queue(db_url, conn, tmp_path, chain_node, work):
     # Every decode window deletes its range from each registered table: with 500 of them, a
     # window takes a sizeable fraction of a second, and three workers' windows overlap.
-    many = events_abi(tmp_path / "many.json", abi_parse.MAX_EVENTS)
+    many = events_abi(tmp_path / "many.json", abi_bounds.MAX_EVENTS)
     assert run_indexer("abi", "add", "many", str(many), db_url=db_url).returncode == 0
     few = events_abi(tmp_path / "few.json", 2, prefix="Other")
     assert run_indexer("abi", "add", "few", str(few), db_url=db_url).returncode == 0
@@ -235,7 +235,7 @@ def restart(pg: OwnPostgres, *settings: str) -> None:
 def test_a_large_abi_is_dropped_in_transactions_the_lock_table_holds(own_postgres, tmp_path):
     url = own_postgres.url
     assert run_indexer("migrate", db_url=url).returncode == 0
-    path = events_abi(tmp_path / "bound.json", abi_parse.MAX_EVENTS)
+    path = events_abi(tmp_path / "bound.json", abi_bounds.MAX_EVENTS)
     assert run_indexer("abi", "add", "bound", str(path), db_url=url).returncode == 0
 
     # A server whose lock table holds some 1,900 locks (measured: 10 a connection, for 50 of
@@ -247,10 +247,10 @@ def test_a_large_abi_is_dropped_in_transactions_the_lock_table_holds(own_postgre
     assert refused.stderr == ("indexer abi add: error: the database server is out of resources: out of shared"
                               " memory (You might need to increase max_locks_per_transaction.)\n")
     with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM abi_events").fetchone() == (abi_parse.MAX_EVENTS,)
-        assert event_tables(conn) == abi_parse.MAX_EVENTS  # nothing of `again`
+        assert conn.execute("SELECT count(*) FROM abi_events").fetchone() == (abi_bounds.MAX_EVENTS,)
+        assert event_tables(conn) == abi_bounds.MAX_EVENTS  # nothing of `again`
 
         dropped = run_indexer("abi", "drop", "bound", db_url=url)
         assert dropped.returncode == 0, dropped.stderr
-        assert dropped.stdout == f"dropped ABI bound and its {abi_parse.MAX_EVENTS} table(s)\n"
+        assert dropped.stdout == f"dropped ABI bound and its {abi_bounds.MAX_EVENTS} table(s)\n"
         assert event_tables(conn) == 0 and registry(conn) == (0, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+
 def _keccak_backend() -> tuple[Callable[[bytes], bytes], str]:
     try:
         from eth_hash.backends.pysha3 import keccak256

@@ -48,7 +48,8 @@ from ..base.block_range import DECODE_LOGS, cut
 from ..jobqueue import queue
 from . import abi_names
 from .abi_decode import DECODING, SQL_TYPES, STOP_DECODING, column_type
-from .abi_parse import MAX_FILE_BYTES, AbiError, Event, ParsedAbi, parse_abi, parse_address
+from .abi_bounds import MAX_FILE_BYTES
+from .abi_parse import AbiError, Event, ParsedAbi, parse_abi, parse_address
 
 # Event tables an `abi drop` transaction drops: some 700 locks of the server's lock table.
 DROP_BATCH = 100

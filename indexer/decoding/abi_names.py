@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from eth_utils import keccak
+from ..chaindata.rlp_codec import keccak
 
 # PostgreSQL's NAMEDATALEN - 1: longer identifiers are cut silently, which could make two differ
 # in our eyes but not in the database's.
@@ -76,7 +76,7 @@ def fit(name: str) -> str:
 
 
 def _hash(text: str) -> str:
-    return keccak(text=text).hex()[:_HASH_DIGITS]
+    return keccak(text.encode()).hex()[:_HASH_DIGITS]
 
 
 def table_names(abi_name: str, events: Sequence[tuple[str, str]], taken: Iterable[str] = ()) -> list[str]:

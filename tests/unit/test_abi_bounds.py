@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from indexer.decoding import abi, abi_parse
+from indexer.decoding import abi, abi_bounds, abi_parse
 from indexer.decoding.abi_names import SHOWN_CHARS, check_abi_name
 
 
@@ -52,21 +52,21 @@ def at_and_past(bound: int, make) -> list:
 
 
 @pytest.mark.parametrize("document, accepted", [
-    *at_and_past(abi_parse.MAX_EVENTS, lambda n: [event(f"E{i}", "uint256") for i in range(n)]),
+    *at_and_past(abi_bounds.MAX_EVENTS, lambda n: [event(f"E{i}", "uint256") for i in range(n)]),
     # Repeats and anonymous events are entries the file makes eth-abi read: they count.
-    *at_and_past(abi_parse.MAX_EVENTS, lambda n: [event("E", "uint256")] * (n - 1) + [event("L", anonymous=True)]),
-    *at_and_past(abi_parse.MAX_PARAMS, lambda n: [event("E", *["uint8"] * n)]),
-    *at_and_past(abi_parse.MAX_PARAMS, lambda n: [event("E", "tuple")
+    *at_and_past(abi_bounds.MAX_EVENTS, lambda n: [event("E", "uint256")] * (n - 1) + [event("L", anonymous=True)]),
+    *at_and_past(abi_bounds.MAX_PARAMS, lambda n: [event("E", *["uint8"] * n)]),
+    *at_and_past(abi_bounds.MAX_PARAMS, lambda n: [event("E", "tuple")
                                             | {"inputs": [{"type": "tuple", "components": [{"type": "bool"}] * n}]}]),
-    *at_and_past(abi_parse.MAX_DEPTH, lambda n: [{"type": "event", "name": "E", "inputs": [nested(n)]}]),
-    *at_and_past(abi_parse.MAX_DIMENSIONS, lambda n: [event("E", "uint256" + "[]" * n)]),
-    *at_and_past(abi_parse.MAX_STATIC_WORDS, lambda n: [event("E", f"uint256[{n}]")]),
+    *at_and_past(abi_bounds.MAX_DEPTH, lambda n: [{"type": "event", "name": "E", "inputs": [nested(n)]}]),
+    *at_and_past(abi_bounds.MAX_DIMENSIONS, lambda n: [event("E", "uint256" + "[]" * n)]),
+    *at_and_past(abi_bounds.MAX_STATIC_WORDS, lambda n: [event("E", f"uint256[{n}]")]),
     # Sizes multiply through the dimensions and the tuples' members.
-    *at_and_past(abi_parse.MAX_STATIC_WORDS // 4, lambda n: [event("E", f"uint8[{n}][2][]")
+    *at_and_past(abi_bounds.MAX_STATIC_WORDS // 4, lambda n: [event("E", f"uint8[{n}][2][]")
                                                        | {"inputs": [{"type": "tuple[2]", "components": [
                                                            {"type": f"uint8[{n}]"}, {"type": f"bool[{n}]"}]}]}]),
     # The characters of the parameters' types, as the signature writes them (with their commas).
-    *at_and_past(abi_parse.MAX_TYPE_CHARS, lambda n: [{"type": "event", "name": "E", "inputs": types_of_length(n)}]),
+    *at_and_past(abi_bounds.MAX_TYPE_CHARS, lambda n: [{"type": "event", "name": "E", "inputs": types_of_length(n)}]),
 ])
 def test_a_bound_met_is_accepted_and_one_past_it_refused(document, accepted):
     if accepted:
@@ -78,13 +78,13 @@ def test_a_bound_met_is_accepted_and_one_past_it_refused(document, accepted):
 
 
 @pytest.mark.parametrize("type_str, message", [
-    ("uint256" + "[]" * 5000, f"has more than {abi_parse.MAX_DIMENSIONS} array dimensions"),
-    ("uint256[99999999999999999999]", f"more than {abi_parse.MAX_STATIC_WORDS:,} words"),
-    ("uint256[" + "9" * 5000 + "]", f"more than {abi_parse.MAX_STATIC_WORDS:,} words"),
-    ("uint256[1000][1000]", f"more than {abi_parse.MAX_STATIC_WORDS:,} words"),
+    ("uint256" + "[]" * 5000, f"has more than {abi_bounds.MAX_DIMENSIONS} array dimensions"),
+    ("uint256[99999999999999999999]", f"more than {abi_bounds.MAX_STATIC_WORDS:,} words"),
+    ("uint256[" + "9" * 5000 + "]", f"more than {abi_bounds.MAX_STATIC_WORDS:,} words"),
+    ("uint256[1000][1000]", f"more than {abi_bounds.MAX_STATIC_WORDS:,} words"),
     ("uint256[x]", "not an array size: 'x'"),
     ("uint256[٣]", "not an array size"),
-    ("uint" + "8" * 5000, f"longer than {abi_parse.MAX_TYPE_CHARS:,} characters"),
+    ("uint" + "8" * 5000, f"longer than {abi_bounds.MAX_TYPE_CHARS:,} characters"),
 ])
 def test_types_past_a_bound_are_refused_before_eth_abi_reads_them(type_str, message):
     with pytest.raises(abi_parse.AbiError, match=message) as refused:
@@ -104,11 +104,11 @@ def test_a_tuple_written_out_in_its_type_is_refused():
 def test_the_file_may_be_at_most_max_file_bytes(tmp_path: Path):
     path = tmp_path / "abi.json"
     with path.open("wb") as file:
-        file.truncate(abi_parse.MAX_FILE_BYTES + 1)  # a sparse file: read, not stored
-    with pytest.raises(abi_parse.AbiError, match=f"larger than {abi_parse.MAX_FILE_BYTES >> 20} MiB"):
+        file.truncate(abi_bounds.MAX_FILE_BYTES + 1)  # a sparse file: read, not stored
+    with pytest.raises(abi_parse.AbiError, match=f"larger than {abi_bounds.MAX_FILE_BYTES >> 20} MiB"):
         abi.registration("big", str(path))
     text = json.dumps([event("E", "uint256")])
-    path.write_text(text + " " * (abi_parse.MAX_FILE_BYTES - len(text)))
+    path.write_text(text + " " * (abi_bounds.MAX_FILE_BYTES - len(text)))
     assert abi.registration("big", str(path)).parsed.events
 
 

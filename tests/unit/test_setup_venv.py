@@ -1,12 +1,14 @@
 """scripts/setup-venv and constraints.txt: the virtualenv the suite runs in holds the versions
-constraints.txt names, and the script says what it does before each pip run.
+constraints.txt names, and the script says what it does before each install.
 
 The script's tests run it against a stand-in venv whose `python` records the pip command it was
-given (and makes `bin/indexer`, as an install would) instead of installing anything."""
+given (and makes `bin/uv`, as installing uv would) and whose `uv` records its command (and makes
+`bin/indexer`, as an install would), instead of installing anything."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -60,10 +62,22 @@ def checkout(tmp_path: Path) -> Path:
         shutil.copy2(REPO / name, tmp_path)
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text('#!/bin/sh\necho "$*" >>"$(dirname "$0")/../calls"\n'
-                      'touch "$(dirname "$0")/indexer" && chmod +x "$(dirname "$0")/indexer"\n')
+    uv = python.parent / "uv"
+    python.write_text('#!/bin/sh\necho "python $*" >>"$(dirname "$0")/../calls"\n'
+                      f'cp "$(dirname "$0")/uv.stand-in" "{uv}" && chmod +x "{uv}"\n')
+    (python.parent / "uv.stand-in").write_text('#!/bin/sh\necho "uv $*" >>"$(dirname "$0")/../calls"\n'
+                                             'touch "$(dirname "$0")/indexer" && chmod +x "$(dirname "$0")/indexer"\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return tmp_path
+
+
+def installs(checkout: Path, *, uv_too: bool) -> list[str]:
+    """The commands an install with the test extra runs: uv into the venv by pip the first time,
+    then the package by uv with the constraints."""
+    python = checkout / "venv" / "bin" / "python"
+    (version,) = re.findall(r"^uv_version=(\S+)$", (REPO / "scripts" / "setup-venv").read_text(), re.M)
+    uv = [f"python -m pip install --disable-pip-version-check uv=={version}"] if uv_too else []
+    return uv + [f"uv pip install --python {python} -c {checkout}/constraints.txt -e {checkout}[test]"]
 
 
 def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
@@ -77,9 +91,9 @@ def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
     return (calls.read_text().splitlines() if calls.exists() else []), done.stderr
 
 
-def test_every_pip_run_is_announced_and_uses_the_constraints(checkout: Path):
+def test_every_install_is_announced_and_uses_the_constraints(checkout: Path):
     ran, said = setup_venv(checkout, "test")
-    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+    assert ran == installs(checkout, uv_too=True)
     assert said.startswith("setup-venv: installing the package with its extra test") and said.endswith(" here)\n")
 
 
@@ -87,7 +101,7 @@ def test_adding_the_test_extra_to_a_venv_without_it_is_announced(checkout: Path)
     setup_venv(checkout)
     ran, said = setup_venv(checkout, "test")
     assert said.startswith("setup-venv: adding the extra test to ")
-    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+    assert ran == installs(checkout, uv_too=False)
 
 
 def test_a_venv_with_the_test_extra_serves_every_call_without_pip(checkout: Path):
@@ -101,6 +115,6 @@ def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_bef
     with (checkout / "constraints.txt").open("a") as f:
         f.write("# touched\n")
     ran, said = setup_venv(checkout)
-    assert ran == [f"-m pip install --disable-pip-version-check -c {checkout}/constraints.txt -e {checkout}[test]"]
+    assert ran == installs(checkout, uv_too=False)
     assert said.startswith("setup-venv: pyproject.toml or constraints.txt changed")
     assert setup_venv(checkout, "test") == ([], "")
