@@ -122,14 +122,14 @@ def test_a_precomputed_node_serves_every_block_without_hashing_its_transactions(
 
 
 def test_a_backfill_against_it_completes_and_verifies(db_url, conn, work):
-    first, last = 19_426_587 - 150, 19_426_587 + 149  # Shanghai into Cancun
+    first, last = 19_426_587 - 50, 19_426_587 + 49  # Shanghai into Cancun
     with NodeProcess(first, last - first + 1, templates=8) as node:
-        planner.plan(conn, first, last + 1, 100)
+        planner.plan(conn, first, last + 1, 40)
         pool = work(db_url, node.url, "--drain", "--workers", "2", INDEXER_VERIFY_ROOTS="true")
         assert pool.wait(600) == 0, pool.output()[-3000:]
     stored = conn.execute("SELECT count(*), sum(transaction_count), sum(log_count) FROM blocks").fetchone()
-    assert stored[0] == 300 and stored[1] > 300 * 80 and stored[2] > stored[1]
-    assert conn.execute("SELECT count(*) FROM withdrawals").fetchone()[0] == 300 * 16
+    assert stored[0] == 100 and stored[1] > 100 * 80 and stored[2] > stored[1]
+    assert conn.execute("SELECT count(*) FROM withdrawals").fetchone()[0] == 100 * 16
     checked = run_indexer("verify", "--from", str(first), "--to", str(last + 1), "--roots", db_url=db_url, timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[0] == f"blocks {first:,}..{last:,}: all present, linked and complete"

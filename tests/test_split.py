@@ -116,10 +116,10 @@ def test_four_workers_share_one_job_and_index_every_block_once(db_url, conn, cha
 
 @pytest.fixture(scope="module")
 def long_chain():
-    """600 blocks of 20 transactions each, half of them calls that log: writing a batch takes long
+    """300 blocks of 20 transactions each, half of them calls that log: writing a batch takes long
     enough that idle workers split jobs while their holders are writing."""
     with Anvil("--no-mining") as node:
-        build_dense(node, 600, 20)
+        build_dense(node, 300, 20)
         yield node
 
 
