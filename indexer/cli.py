@@ -12,7 +12,7 @@ from typing import Sequence
 import psycopg
 import pydantic
 
-from .base import db, settings, signals
+from .base import chains, db, settings, signals
 from .base.errors import DatabaseUnavailable, IndexerError, Secrets, first_line, redact
 from .base.logs import configure as configure_logs
 from .base.wording import counted
@@ -28,14 +28,15 @@ EXIT_INTERRUPTED = 130  # as a shell reports a command killed by SIGINT
 
 
 def cmd_migrate(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    with db.connect(cfg.database_url) as conn:
-        applied = db.migrate(conn)
-    print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; schema is up to date"))
+    with db.connect(cfg.chain_url) as conn:
+        applied = db.migrate(conn, cfg.chain)
+    of = "" if cfg.chain == chains.DEFAULT_CHAIN else f" to the chain {cfg.chain}"
+    print(f"applied {len(applied)} migration(s){of}" + (f": {', '.join(applied)}" if applied else "; schema is up to date"))
     return 0
 
 
 def cmd_plan(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         db.check_schema(conn)  # a database migrated by an older version lacks the partitions' function
         result = planner.plan(conn, args.start, args.end, cfg.chunk, partition_blocks=cfg.partition_blocks,
                               index_now=cfg.query_indexes == "during", traces=args.traces)
@@ -62,13 +63,13 @@ def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
 def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
     if not cfg.metrics_port:
         raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
-    with db.connect(cfg.database_url):  # fail now, clearly, if the database is unreachable
+    with db.connect(cfg.chain_url):  # fail now, clearly, if the database is unreachable
         pass
     from .operations import exporter
 
     stop = threading.Event()
     signals.on_stop(stop.set)
-    exporter.serve_database_gauges(cfg.database_url, host=cfg.metrics_host, port=cfg.metrics_port,
+    exporter.serve_database_gauges(cfg.chain_url, host=cfg.metrics_host, port=cfg.metrics_port,
                                   interval=cfg.db_metrics_seconds, stop=stop)
     return 0
 
@@ -87,16 +88,16 @@ def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
         client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
                            max_batch=cfg.rpc_batch)
         repair = verify_node.Repair(cfg.chunk, args.max_depth or cfg.max_reorg_depth) if args.repair else None
-        with db.connect(cfg.database_url) as conn:
+        with db.connect(cfg.chain_url) as conn:
             ok = verify_node.run_against_node(conn, client, args.start, args.end, repair=repair)
         return 0 if ok else 1
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         ok = verify.run(conn, args.start, args.end, repair_with_chunk=repair_with_chunk, roots=args.roots)
     return 0 if ok else 1
 
 
 def cmd_prune(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         dropped = retention.prune(conn, args.older_than)
     print(f"dropped {len(dropped)} month(s) of finished jobs" + (f": {', '.join(dropped)}" if dropped else ""))
     return 0
@@ -108,19 +109,25 @@ def cmd_reap(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_retry(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         n = queue.retry_failed(conn)
     print(f"re-queued {n} failed job(s)")
     return 0
 
 
 def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
-    from .operations import status
+    from .operations import chains_status, status
 
     stop = threading.Event()
     signals.on_stop(stop.set)
-    with db.connect(cfg.database_url) as conn:
-        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
+    with db.connect(cfg.chain_url) as conn:
+        # No chain named (by --chain or INDEXER_CHAIN) in a database of several: a line for each.
+        every = [] if "chain" in cfg.model_fields_set else chains.registered(conn)
+        if len(every) > 1:
+            chains_status.show(conn, every, as_json_lines=args.json, watch=args.watch, stop=stop,
+                               lease_seconds=cfg.lease_seconds, out=sys.stdout)
+        else:
+            status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
     return 0
 
 
@@ -134,7 +141,7 @@ def cmd_abi_add(cfg: settings.Settings, args: argparse.Namespace) -> int:
     from .decoding.abi_names import short
 
     new = abi.registration(args.name, args.file, addresses=args.addresses, from_block=args.from_block)
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         added = abi.add(conn, new, chunk=cfg.chunk)
     print(f"registered ABI {args.name}: {len(added.tables)} event table(s)")
     for event, table in added.tables:
@@ -151,7 +158,7 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
     from .decoding import abi
     from .decoding.abi_names import short
 
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         listed = abi.listing(conn)
     if not listed:
         print("no ABI is registered")
@@ -170,7 +177,7 @@ def cmd_abi_list(cfg: settings.Settings, args: argparse.Namespace) -> int:
 def cmd_abi_drop(cfg: settings.Settings, args: argparse.Namespace) -> int:
     from .decoding import abi
 
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         tables = abi.drop(conn, args.name)
     print(f"dropped ABI {args.name} and its {len(tables)} table(s)")
     return 0
@@ -193,7 +200,7 @@ COMMANDS = {
 }
 
 # CLI flags that override a setting of the same name.
-SETTING_FLAGS = ("database_url", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
+SETTING_FLAGS = ("database_url", "chain", "rpc_url", "chunk", "max_attempts", "workers", "batch_size", "log_level")
 
 
 DEFAULT_DATABASE = "INDEXER_DATABASE_URL is not set, and this is its default"
@@ -237,6 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"indexer {args.command}: error: {exc}{hint}", file=sys.stderr)
         return exc.exit_code
     except psycopg.errors.UndefinedTable as exc:
+        if cfg.chain != chains.DEFAULT_CHAIN:  # a chain not migrated yet, or misspelled
+            print(f"indexer {args.command}: error: the chain {cfg.chain} in {database} has no tables of the indexer"
+                  f" ({first_line(exc)}): run `indexer migrate --chain {cfg.chain}` first, or check the chain's name"
+                  " (`indexer status` lists the chains)", file=sys.stderr)
+            return EXIT_RUNTIME
         advice = (f"{DEFAULT_DATABASE}: set it to the indexer's database, or run `indexer migrate` to make this"
                   " one the indexer's") if default else "run `indexer migrate` first"
         print(f"indexer {args.command}: error: {database} lacks the indexer's tables ({first_line(exc)}): {advice}",

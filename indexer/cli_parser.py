@@ -103,6 +103,8 @@ def retention_age(text: str) -> timedelta:
 def build_parser() -> Parser:
     common = Parser(add_help=False)
     common.add_argument("--database-url", metavar="URL", help="overrides INDEXER_DATABASE_URL")
+    common.add_argument("--chain", metavar="NAME",
+                        help="the chain to work on, the schema holding it; overrides INDEXER_CHAIN (default public)")
     common.add_argument("--log-level", choices=LOG_LEVELS, help="overrides INDEXER_LOG_LEVEL (default INFO)")
 
     parser = Parser(prog="indexer", description="Backfill EVM chain data into Postgres, coordinated by SKIP LOCKED.")
@@ -232,7 +234,8 @@ def build_parser() -> Parser:
         "reach, the partitions, the oldest pending job's wait, expired leases, the RPC endpoints' rates and the "
         "failed jobs with their last error. Once a pool has followed the chain's head (work --follow): the "
         "node's head, the pool that plans, the blocks indexed and decoded through, the lag in blocks and seconds "
-        "and the last reorg; a halted following comes first, with the command that lets it go on.",
+        "and the last reorg; a halted following comes first, with the command that lets it go on. In a database "
+        "of several chains, with no chain named (--chain or INDEXER_CHAIN): one line per chain.",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (one per refresh with --watch)")
     p.add_argument("--watch", type=positive_seconds, nargs="?", const=2.0, metavar="SECONDS",

@@ -26,6 +26,7 @@ BEGIN
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         JOIN pg_type t ON t.oid = a.atttypid
         WHERE t.typstorage <> 'p'  -- the types whose values can be compressed
+          AND c.relnamespace = current_schema()::regnamespace  -- this chain's tables, not another's
           AND (c.relname IN ('blocks', 'transactions', 'logs', 'withdrawals', 'token_transfers')
                OR c.oid IN (SELECT inhrelid FROM pg_inherits
                             WHERE inhparent IN ('blocks'::regclass, 'transactions'::regclass, 'logs'::regclass,

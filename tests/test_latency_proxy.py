@@ -19,7 +19,7 @@ def test_a_worker_session_through_the_proxy_claims_completes_and_hears_notify(db
         url = make_conninfo(db_url, host="127.0.0.1", port=str(proxy.port))
         with db.connect_worker(url, lease_seconds=60, application_name="through the proxy") as worker, \
                 db.connect_worker(url, lease_seconds=60, application_name="listener") as listener:
-            listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+            queue.listen(listener)
             planner.plan(conn, 0, 30, 10)
             assert len(list(listener.notifies(timeout=30, stop_after=1))) == 1
             # Three block ranges, and the decode job each completion enqueues (which the statement

@@ -74,10 +74,10 @@ def test_jobs_are_cut_on_the_chunk_grid_and_gaps_are_filled(conn):
 
 def test_a_plan_is_one_transaction_with_one_notification(db_url, conn):
     with db.connect(db_url) as listener:
-        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        channel = queue.listen(listener)
         assert run_indexer("plan", "--from", "0", "--to", "2000000", db_url=db_url).returncode == 0
         notes = list(listener.notifies(timeout=1.0))
-    assert [n.channel for n in notes] == [queue.NOTIFY_CHANNEL]
+    assert [n.channel for n in notes] == [channel]
     # One transaction: every job carries the same transaction timestamp.
     assert conn.execute("SELECT count(DISTINCT created_at) FROM jobs").fetchone()[0] == 1
 
@@ -85,7 +85,7 @@ def test_a_plan_is_one_transaction_with_one_notification(db_url, conn):
 def test_a_plan_that_adds_nothing_wakes_nobody(db_url, conn):
     planner.plan(conn, 0, 100, 10)
     with db.connect(db_url) as listener:
-        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        queue.listen(listener)
         planner.plan(conn, 0, 100, 10)
         assert list(listener.notifies(timeout=0.5)) == []
 

@@ -217,7 +217,7 @@ def test_retry_failed_requeues_with_fresh_attempts(conn):
 
 def test_enqueue_rolled_back_leaves_no_job_and_no_notification(db_url, conn):
     with db.connect(db_url) as listener:
-        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        queue.listen(listener)
         with db.connect(db_url, autocommit=False) as caller:
             caller.execute("CREATE TEMP TABLE business (x int)")
             caller.execute("INSERT INTO business VALUES (1)")
@@ -229,7 +229,7 @@ def test_enqueue_rolled_back_leaves_no_job_and_no_notification(db_url, conn):
 
 def test_enqueue_committed_gives_the_jobs_and_one_notification(db_url, conn):
     with db.connect(db_url) as listener:
-        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        queue.listen(listener)
         with db.connect(db_url, autocommit=False) as caller:
             queue.enqueue(caller, "index_blocks", [{"from": 0, "to": 9}])
             queue.enqueue(caller, "index_blocks", [{"from": 10, "to": 19}, {"from": 20, "to": 29}])

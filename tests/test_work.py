@@ -285,10 +285,10 @@ def test_an_idle_worker_wakes_on_notify_not_on_its_poll(db_url, conn, chain_node
 def test_a_draining_worker_that_finds_the_queue_drained_wakes_the_other_listeners(db_url, chain_node, work):
     # The other draining workers, waiting for running jobs to finish, look again at once.
     with psycopg.connect(db_url, autocommit=True) as listener:
-        listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+        channel = queue.listen(listener)
         w = work(db_url, chain_node.url, "--workers", "1", "--drain")
         assert w.wait() == 0, w.output()
-        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [queue.NOTIFY_CHANNEL]
+        assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [channel]
 
 
 def test_the_finalized_block_bounds_the_backfill_when_the_node_has_one(db_url, conn, work):

@@ -1,8 +1,9 @@
 """Connections, the settings of the workers' sessions, and schema migrations.
 
-`migrate` applies `schema/NNN_name.sql` in name order, each file in its own transaction, and
-records it in `schema_migrations`. A session-level advisory lock serialises concurrent runs (for
-example several containers starting at once): the second waits, then finds nothing to do.
+`migrate` applies `schema/NNN_name.sql` in name order to one chain's schema (`chains.py`), each
+file in its own transaction, and records it in that schema's `schema_migrations`. A session-level
+advisory lock serialises concurrent runs (for example several containers starting at once, for
+one chain or several): the second waits, then finds nothing to do.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import re
 from pathlib import Path
 
 import psycopg
-from psycopg import pq
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
+from . import chains
 from .errors import DatabaseUnavailable, IndexerError, first_line, redact
 
 # Arbitrary but fixed: every `indexer migrate` process contends for the same lock.
@@ -26,6 +28,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 """
 SELECT_APPLIED = "SELECT version FROM schema_migrations"
+SELECT_APPLIED_IN = "SELECT version FROM {}.schema_migrations"  # another chain's
 INSERT_APPLIED = "INSERT INTO schema_migrations (version) VALUES (%(version)s)"
 LOCK_MIGRATIONS = "SELECT pg_advisory_lock(%(key)s)"
 UNLOCK_MIGRATIONS = "SELECT pg_advisory_unlock(%(key)s)"
@@ -125,8 +128,9 @@ def worker_session_options(lease_seconds: float) -> str:
 def connect_worker(url: str, *, lease_seconds: float, application_name: str) -> psycopg.Connection:
     """An autocommit connection with the workers' session settings. Errors are psycopg's own:
     a worker reconnects on OperationalError rather than exiting."""
+    given = conninfo_to_dict(url).get("options") or ""  # the chain's search_path (chains.bind)
     return psycopg.connect(url, autocommit=True, application_name=application_name,
-                           options=worker_session_options(lease_seconds), connect_timeout=10)
+                           options=f"{given} {worker_session_options(lease_seconds)}".strip(), connect_timeout=10)
 
 
 def schema_dir() -> Path:
@@ -143,20 +147,36 @@ def migration_files() -> list[Path]:
 
 
 def check_schema(conn: psycopg.Connection) -> None:
-    """Refuses a database whose schema is older than this version's (a pool would fail later,
-    on the first statement that needs a newer migration, with a less helpful error)."""
+    """Refuses a chain whose schema is older than this version's (a pool would fail later, on the
+    first statement that needs a newer migration, with a less helpful error)."""
     applied = {row[0] for row in conn.execute(SELECT_APPLIED)}  # UndefinedTable: none applied
     missing = [p.stem for p in migration_files() if p.stem not in applied]
     if missing:
-        raise IndexerError(f"{where(conn.info.dsn)} lacks migration(s) {', '.join(missing)}: run `indexer migrate` first")
+        (chain,) = conn.execute("SELECT current_schema()").fetchone()
+        which, flag = (where(conn.info.dsn), "") if chain == chains.DEFAULT_CHAIN else \
+            (f"the chain {chain} in {where(conn.info.dsn)}", f" --chain {chain}")
+        raise IndexerError(f"{which} lacks migration(s) {', '.join(missing)}: run `indexer migrate{flag}` first")
 
 
-def migrate(conn: psycopg.Connection) -> list[str]:
-    """Applies pending migrations; returns the versions applied by this call, which the caller
-    reports. A migration that fails is named, with those this call applied before it."""
+def complete_chains(conn: psycopg.Connection) -> list[str]:
+    """The registered chains whose schema has every migration of this version."""
+    wanted = {p.stem for p in migration_files()}
+    return [chain for chain in chains.registered(conn)
+            if wanted <= {row[0] for row in conn.execute(sql.SQL(SELECT_APPLIED_IN).format(sql.Identifier(chain)))}]
+
+
+def migrate(conn: psycopg.Connection, chain: str = chains.DEFAULT_CHAIN) -> list[str]:
+    """Applies the pending migrations to `chain`'s schema, made if need be, and registers the
+    chain; returns the versions applied by this call, which the caller reports. A migration that
+    fails is named, with those this call applied before it. The views spanning every chain are
+    dropped while the tables change and built again after, failure or not."""
     applied_now: list[str] = []
     conn.execute(LOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     try:
+        chains.register(conn, chain)
+        chains.drop_views(conn)
+        chains.create_schema(conn, chain)
+        chains.use(conn, chain)
         conn.execute(CREATE_MIGRATIONS_TABLE)
         done = {row[0] for row in conn.execute(SELECT_APPLIED)}
         for path in migration_files():
@@ -169,9 +189,15 @@ def migrate(conn: psycopg.Connection) -> list[str]:
                     conn.execute(INSERT_APPLIED, {"version": version})
             except psycopg.Error as exc:
                 before = f" (applied before it: {', '.join(applied_now)})" if applied_now else ""
-                raise IndexerError(f"migration {version} failed in {where(conn.info.dsn)}, rolled back:"
+                of = "" if chain == chains.DEFAULT_CHAIN else f" of the chain {chain}"
+                raise IndexerError(f"migration {version}{of} failed in {where(conn.info.dsn)}, rolled back:"
                                    f" {first_line(exc)}{before}") from None
             applied_now.append(version)
     finally:
-        conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
+        if not conn.broken:  # a lost connection took its lock with it, and the views wait for the next run
+            try:
+                with conn.transaction():
+                    chains.build_views(conn, complete_chains(conn))
+            finally:
+                conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     return applied_now

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .chains import DEFAULT_CHAIN, check_chain_name
+from .chains import bind as bind_chain
 from .urls import endpoint_label, parse_urls
 
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
@@ -59,6 +61,11 @@ class Settings(BaseSettings):
         "postgresql://postgres@127.0.0.1:5432/postgres",
         description="libpq URL or key=value string of the database that holds jobs and chain data",
     )
+    chain: str = Field(
+        DEFAULT_CHAIN,
+        description="the chain this command works on: the PostgreSQL schema that holds its tables, jobs and ABIs, so"
+        " that one database holds several chains (a lower-case letter or `_`, then up to 39 lower-case letters,"
+        " digits or `_`; default `public`, where a database indexed before chains existed keeps its one chain)")
     rpc_url: str = Field(
         "http://127.0.0.1:8545",
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
@@ -176,6 +183,12 @@ class Settings(BaseSettings):
         parse_urls(value)
         return value
 
+    @field_validator("chain")
+    @classmethod
+    def _valid_chain(cls, value: str) -> str:
+        check_chain_name(value)
+        return value
+
     @field_validator("worker_name")
     @classmethod
     def _valid_worker_name(cls, value: str) -> str:
@@ -202,6 +215,12 @@ class Settings(BaseSettings):
     def safe_tag(self) -> str | None:
         """The node's tag the safe head is read from, or None: the head minus the confirmations."""
         return self.finality_tag if self.use_finalized else None
+
+    @property
+    def chain_url(self) -> str:
+        """The database URL every connection of a command uses: its sessions work in the chain's
+        schema (`chains.bind`)."""
+        return bind_chain(self.database_url, self.chain)
 
     @property
     def rpc_urls(self) -> list[str]:

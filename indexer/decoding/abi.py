@@ -54,9 +54,9 @@ from .abi_parse import AbiError, Event, ParsedAbi, parse_abi, parse_address
 # Event tables an `abi drop` transaction drops: some 700 locks of the server's lock table.
 DROP_BATCH = 100
 
-# Serialises `abi add` and `abi drop`: the table names one derives depend on the tables the
+# Serialises `abi add` and `abi drop` of one chain: the table names one derives depend on the tables the
 # other creates or drops.
-ABI_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi'))"
+ABI_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi:' || current_schema()))"
 
 # NULL: no ABI of that name; true: one whose drop began (and may have been interrupted).
 ABI_DROPPING = "SELECT dropping FROM abis WHERE name = %(name)s"

@@ -22,13 +22,17 @@ from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ..base.block_range import DECODE_LOGS, INDEX_TRACES, check_payload
 from ..base.block_range import JOB_KIND as INDEX_BLOCKS
 from ..base.states import JobStatus
 
-NOTIFY_CHANNEL = "indexer_jobs"
+# The channel idle workers listen on: one per chain (its schema), so that jobs added to one chain
+# wake only the pools of that chain.
+CHANNEL = "'indexer_jobs:' || current_schema()"
+SELECT_CHANNEL = f"SELECT {CHANNEL}"
 
 # Statuses are written into the statements as literals, not bound: the claim's partial index
 # (`WHERE status = 'pending'`) can serve only a query whose predicate is that same literal, and
@@ -46,7 +50,7 @@ RETURNING id
 
 # Postgres folds identical notifications within one transaction into one, so enqueueing several
 # times in a transaction still wakes the listeners once, at commit, and never on rollback.
-NOTIFY = "SELECT pg_notify(%(channel)s, '')"
+NOTIFY = f"SELECT pg_notify({CHANNEL}, '')"
 
 CLAIM = f"""
 UPDATE jobs
@@ -269,7 +273,14 @@ def enqueue(
 
 def notify(conn: psycopg.Connection) -> None:
     """Wakes the idle workers (at commit, when a transaction is open)."""
-    conn.execute(NOTIFY, {"channel": NOTIFY_CHANNEL})
+    conn.execute(NOTIFY)
+
+
+def listen(conn: psycopg.Connection) -> str:
+    """Subscribes `conn` to the NOTIFY of its chain's queue; returns the channel's name."""
+    (channel,) = conn.execute(SELECT_CHANNEL).fetchone()
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    return channel
 
 
 def claim(conn: psycopg.Connection, worker: str, *, lease_seconds: float, limit: int = 1) -> list[Claim]:

@@ -165,7 +165,7 @@ def _heartbeating(ctx: JobContext, job: Claim, statement: str) -> None:
     lost claim or a stop request cancels it. A cancelled CONCURRENTLY build leaves an invalid
     index, which the next run drops."""
     errors: list[BaseException] = []
-    with db.connect(ctx.cfg.database_url, application_name=f"indexer index builder {ctx.name}") as ddl:
+    with db.connect(ctx.cfg.chain_url, application_name=f"indexer index builder {ctx.name}") as ddl:
         def build() -> None:
             try:
                 ddl.execute(statement)

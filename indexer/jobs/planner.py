@@ -27,8 +27,9 @@ from . import partitions
 # index small. A backfill bigger than that is planned in parts, or with a bigger --chunk.
 MAX_JOBS = 1_000_000
 
-# Serialises planners: two overlapping plans at once must not both see a range as uncovered.
-PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan'))"
+# Serialises the planners of one chain (its schema): two overlapping plans at once must not both
+# see a range as uncovered.
+PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan:' || current_schema()))"
 
 # Adds a job for each cell of the chunk grid that meets a part of [start, end) no job covers
 # yet, unless that would be more than max_jobs jobs (then it adds none); returns the jobs and

@@ -40,7 +40,7 @@ def run(cfg: Settings, *, every: float | None) -> None:
     the loop between passes, never inside one."""
     stop = threading.Event()
     signals.on_stop(stop.set)
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         while True:
             reaped = reap_once(conn, cfg)
             if reaped or every is None:

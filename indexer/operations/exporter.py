@@ -41,6 +41,7 @@ LEFT JOIN pg_inherits i ON i.inhrelid = s.relid
 LEFT JOIN pg_class p ON p.oid = i.inhparent
 WHERE coalesce(p.relname, s.relname) IN ('jobs', 'jobs_history', 'blocks', 'transactions', 'logs', 'withdrawals',
                                          'token_transfers')
+  AND s.schemaname = current_schema()  -- this chain's tables (a partition lives in its parent's schema)
 GROUP BY 1
 """
 

@@ -47,18 +47,22 @@ from .follow_state import Head, progress, state
 
 log = logging.getLogger(__name__)
 
-# pg_try_advisory_lock(int, int): "skip", "head". Two keys, so that pg_locks shows them as classid
-# and objid, which the statement that ends a silent holder's session matches.
-PLANNER_LOCK_KEYS = {"k1": 0x736B6970, "k2": 0x68656164}
-TRY_PLANNER_LOCK = "SELECT pg_try_advisory_lock(%(k1)s, %(k2)s)"
+# pg_try_advisory_lock(int, int): "skip", then a hash of the chain's name (its schema), so that
+# each chain has its own planner. Two keys, so that pg_locks shows them as classid and objid, which
+# the statement that ends a silent holder's session matches; the hash is kept positive, as objid
+# shows it.
+PLANNER_LOCK_KEYS = {"k1": 0x736B6970}
+CHAIN_KEY = "(hashtext('skiplock-indexer:head:' || current_schema()) & 2147483647)"
+TRY_PLANNER_LOCK = f"SELECT pg_try_advisory_lock(%(k1)s, {CHAIN_KEY})"
 
 # A pool that finds the holder silent for `silent` seconds ends its session: the lock goes with it.
 # Advisory locks are per database, and another database on the server may be indexed too, with
 # the same keys: only this database's holder is looked at.
-END_SILENT_HOLDER = """
+END_SILENT_HOLDER = f"""
 SELECT pg_terminate_backend(l.pid)
 FROM pg_locks l JOIN follow_state f ON f.planner_pid = l.pid
-WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
+WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = {CHAIN_KEY}::oid AND l.objsubid = 2
+  AND l.granted
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND f.polled_at < now() - make_interval(secs => %(silent)s)
 """
@@ -66,10 +70,11 @@ WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.
 # The session holding this database's planner lock: its pid, its application name ("indexer head
 # planner NAME:PID") and the pool it polled for last (None until its first poll). For the chaos
 # run and the tests, which watch the lock change hands.
-PLANNER_SESSION = """
+PLANNER_SESSION = f"""
 SELECT l.pid, a.application_name, f.planner
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid LEFT JOIN follow_state f ON f.planner_pid = l.pid
-WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = %(k2)s AND l.objsubid = 2 AND l.granted
+WHERE l.locktype = 'advisory' AND l.classid = %(k1)s AND l.objid = {CHAIN_KEY}::oid AND l.objsubid = 2
+  AND l.granted
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 
@@ -201,7 +206,7 @@ class HeadPlanner:
             # Keepalives both ways: a holder whose host vanished loses its session (and the lock)
             # within seconds, not after the kernel's two hours.
             self._conn = psycopg.connect(
-                self.cfg.database_url, autocommit=True, application_name=f"indexer head planner {self.name}",
+                self.cfg.chain_url, autocommit=True, application_name=f"indexer head planner {self.name}",
                 connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
                 options="-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
                         f" -c statement_timeout={db.WORKER_STATEMENT_TIMEOUT_MS}")

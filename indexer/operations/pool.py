@@ -33,7 +33,7 @@ import time
 
 import psycopg
 
-from ..base import db, metrics, signals
+from ..base import chains, db, metrics, signals
 from ..base.errors import IndexerError, first_line, redact
 from ..base.settings import Settings
 from ..chaindata import chain, store
@@ -130,12 +130,13 @@ def check_chain(cfg: Settings) -> int:
     if len(set(ids.values())) > 1:
         raise IndexerError(f"the RPC endpoints serve different chains: {ids}")
     chain_id = next(iter(ids.values()))
-    with db.connect(cfg.database_url) as conn:
+    with db.connect(cfg.chain_url) as conn:
         db.check_schema(conn)
         recorded = store.record_chain_id(conn, chain_id)
     if recorded != chain_id:
+        which = "this database" if cfg.chain == chains.DEFAULT_CHAIN else f"the chain {cfg.chain} in this database"
         raise IndexerError(
-            f"this database indexes chain {recorded}, but {', '.join(ids)} serves chain {chain_id}; refusing to start"
+            f"{which} indexes chain {recorded}, but {', '.join(ids)} serves chain {chain_id}; refusing to start"
         )
     return chain_id
 
@@ -165,7 +166,7 @@ class Pool:
         self.gave_up: str | None = None  # why the pool stopped without being asked to
         self.metrics_server: exporter.MetricsServer | None = None
         self.liveness = health.Liveness(LIVE_WITHIN_SECONDS)
-        self.dependencies = health.Dependencies(cfg.database_url, cfg.rpc_urls, every=cfg.health_seconds,
+        self.dependencies = health.Dependencies(cfg.chain_url, cfg.rpc_urls, every=cfg.health_seconds,
                                                 rpc_batch=cfg.rpc_batch)
 
     def _fork(self, slot: int) -> None:
@@ -199,14 +200,14 @@ class Pool:
     def run(self) -> int:
         self.chain_id = check_chain(self.cfg)
         if self.follow:
-            with db.connect(self.cfg.database_url) as conn:
+            with db.connect(self.cfg.chain_url) as conn:
                 start = follow.prepare(conn, self.follow_from)
             log.info("following the chain's head: new blocks are planned from block %d on", start)
         elif self.cfg.ws_url:
             log.info("INDEXER_WS_URL is read by `indexer work --follow` only: this pool does not follow")
         database = None
         if self.cfg.db_metrics:
-            database = exporter.DatabaseCollector(self.cfg.database_url, self.cfg.db_metrics_seconds)
+            database = exporter.DatabaseCollector(self.cfg.chain_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
             self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database,
                                                  multiprocess=True, live=self.liveness.problems, ready=self._ready)
@@ -253,7 +254,7 @@ class Pool:
             print(f"indexer work: error: {self.gave_up}", file=sys.stderr)
             return 1
         if self.drain and not self.stopping:
-            with db.connect(self.cfg.database_url) as c:
+            with db.connect(self.cfg.chain_url) as c:
                 failed = queue_counts.counts(c).failed
                 waiting = queue_counts.waiting(c)
             code = 0
@@ -325,7 +326,7 @@ class Pool:
     def _reap(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
         try:
             if conn is None or conn.closed:
-                conn = db.connect(self.cfg.database_url, application_name="indexer reaper")
+                conn = db.connect(self.cfg.chain_url, application_name="indexer reaper")
             reaper.reap_once(conn, self.cfg)
             return conn
         except (psycopg.OperationalError, IndexerError) as exc:

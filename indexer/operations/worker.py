@@ -117,7 +117,7 @@ class Worker:
     # -- connections ---------------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection:
-        return db.connect_worker(self.cfg.database_url, lease_seconds=self.cfg.lease_seconds,
+        return db.connect_worker(self.cfg.chain_url, lease_seconds=self.cfg.lease_seconds,
                                  application_name=f"indexer worker {self.name}")
 
     @property
@@ -130,7 +130,7 @@ class Worker:
     def _listen(self) -> psycopg.Connection:
         if self._listener is None or self._listener.closed:
             self._listener = self._connect()
-            self._listener.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+            queue.listen(self._listener)
         return self._listener
 
     def _drop_connections(self) -> None:
