@@ -69,7 +69,7 @@ def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     signals.on_stop(stop.set)
-    exporter.serve_database_gauges(cfg.chain_url, host=cfg.metrics_host, port=cfg.metrics_port,
+    exporter.serve_database_gauges(cfg.chain_url, chain=cfg.chain, host=cfg.metrics_host, port=cfg.metrics_port,
                                   interval=cfg.db_metrics_seconds, stop=stop)
     return 0
 

@@ -35,13 +35,17 @@ PROMTOOL = shutil.which("promtool") or "promtool"
 PROMETHEUS = shutil.which("prometheus") or "prometheus"
 
 
-def scrape(port: int) -> dict[str, float]:
-    """The samples of a /metrics page, keyed by name and labels as written."""
+def scrape(port: int, chain: str = "public") -> dict[str, float]:
+    """The samples of a /metrics page, keyed by name and labels as written but for the label
+    `chain`, which every sample must carry first, naming the pool's chain."""
     samples = {}
     for line in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
         if line and not line.startswith("#"):
             key, value = line.rsplit(" ", 1)
-            samples[key] = float(value)
+            name, labels = key.split("{", 1)
+            assert labels.startswith(f'chain="{chain}"'), line
+            rest = labels.removeprefix(f'chain="{chain}"').removeprefix(",").removesuffix("}")
+            samples[f"{name}{{{rest}}}" if rest else name] = float(value)
     return samples
 
 

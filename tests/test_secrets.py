@@ -117,7 +117,7 @@ def test_no_secret_on_the_metrics_page_or_in_debug_logs_of_a_running_pool(db_url
             page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
         finally:
             w.kill()
-    assert 'indexer_rpc_errors_total{endpoint="http://127.0.0.1:' in page
+    assert 'indexer_rpc_errors_total{chain="public",endpoint="http://127.0.0.1:' in page
     assert f"serving /metrics on http://127.0.0.1:{port}/metrics" in w.output()
     assert leaked(page) == [] and leaked(w.output()) == []
 

@@ -15,6 +15,7 @@ chains existed holds its one chain: it keeps working in place, and `indexer migr
 
 from __future__ import annotations
 
+import os
 import re
 
 import psycopg
@@ -47,6 +48,7 @@ WHERE to_regclass(format('%I.schema_migrations', r.name)) IS NOT NULL
 ORDER BY r.name
 """
 REGISTRY_EXISTS = "SELECT to_regclass('chains.registry') IS NOT NULL"
+RELATION_EXISTS = "SELECT to_regclass(format('%%I.%%I', %(chain)s::text, %(table)s::text)) IS NOT NULL"
 # A session moved to another chain (a name checked by check_chain_name needs no quoting).
 USE_CHAIN = "SELECT set_config('search_path', %(chain)s, false)"
 
@@ -61,9 +63,9 @@ def check_chain_name(name: str) -> None:
 
 def bind(url: str, chain: str) -> str:
     """`url` as a connection string whose sessions work in `chain`'s schema: its search_path,
-    after any options the URL already gives."""
+    after the options the URL gives or, as libpq would take them when it gives none, PGOPTIONS's."""
     check_chain_name(chain)
-    options = conninfo_to_dict(url).get("options") or ""
+    options = conninfo_to_dict(url).get("options") or os.environ.get("PGOPTIONS", "")
     return make_conninfo(url, options=f"{options} -c search_path={chain}".strip())
 
 
@@ -101,11 +103,13 @@ def build_views(conn: psycopg.Connection, complete: list[str]) -> None:
     """One view per chain table over the chains in `complete` (those whose schema has every
     migration), with the chain's name as its first column."""
     drop_views(conn)
-    if not complete:
-        return
     for table in SPANNED:
+        having = [chain for chain in complete
+                  if conn.execute(RELATION_EXISTS, {"chain": chain, "table": table}).fetchone()[0]]
+        if not having:  # none yet, or migrations that do not make it (tests of old migrations)
+            continue
         parts = [sql.SQL("SELECT {} AS chain, * FROM {}.{}").format(sql.Literal(chain), sql.Identifier(chain),
                                                                      sql.Identifier(table))
-                 for chain in complete]
+                 for chain in having]
         conn.execute(sql.SQL("CREATE VIEW {}.{} AS ").format(sql.Identifier(REGISTRY_SCHEMA), sql.Identifier(table))
                      + sql.SQL(" UNION ALL ").join(parts))

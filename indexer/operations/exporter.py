@@ -231,8 +231,25 @@ def _with_probes(metrics: Callable, *, live: Check, ready: Check) -> Callable:
     return serve
 
 
-def listen(port: int, *, host: str, database: DatabaseCollector | None, multiprocess: bool, live: Check,
-           ready: Check) -> MetricsServer:
+class ChainLabelled:
+    """Every sample of `registry` with the label `chain` first: a pool (or monitor) serves one
+    chain, so every metric it exposes is that chain's, and one Prometheus tells the chains of a
+    database apart. The database-wide gauges (sessions, WAL, replication) are the same whichever
+    chain's process reports them."""
+
+    def __init__(self, registry: CollectorRegistry, chain: str) -> None:
+        self.registry = registry
+        self.chain = chain
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self.registry.collect():
+            labelled = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            labelled.samples = [s._replace(labels={"chain": self.chain, **s.labels}) for s in metric.samples]
+            yield labelled
+
+
+def listen(port: int, *, host: str, chain: str, database: DatabaseCollector | None, multiprocess: bool,
+           live: Check, ready: Check) -> MetricsServer:
     """Takes `host`:`port` (INDEXER_METRICS_HOST: loopback unless the deployment opens it to its
     Prometheus) for /metrics, /livez and /readyz; `start` serves them. `indexer work` forks its
     workers between the two."""
@@ -243,8 +260,10 @@ def listen(port: int, *, host: str, database: DatabaseCollector | None, multipro
         mp.MultiProcessCollector(registry)
     if database is not None:
         registry.register(database)
+    exposed = CollectorRegistry()
+    exposed.register(ChainLabelled(registry, chain))
     try:
-        return make_server(host, port, _with_probes(make_wsgi_app(registry), live=live, ready=ready),
+        return make_server(host, port, _with_probes(make_wsgi_app(exposed), live=live, ready=ready),
                            MetricsServer6 if ":" in host else MetricsServer, handler_class=_QuietHandler)
     except socket.gaierror as exc:
         raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
@@ -257,10 +276,12 @@ def listen(port: int, *, host: str, database: DatabaseCollector | None, multipro
         raise IndexerError(f"cannot serve metrics on {host!r} (INDEXER_METRICS_HOST): {exc.strerror}") from None
 
 
-def serve_database_gauges(database_url: str, *, host: str, port: int, interval: float, stop: threading.Event) -> None:
+def serve_database_gauges(database_url: str, *, chain: str, host: str, port: int, interval: float,
+                          stop: threading.Event) -> None:
     """`indexer monitor`: the database-wide gauges alone, on `host`:`port`, until `stop` is set."""
     collector = DatabaseCollector(database_url, interval)
-    server = listen(port, host=host, database=collector, multiprocess=False, live=collector.live, ready=collector.ready)
+    server = listen(port, host=host, chain=chain, database=collector, multiprocess=False, live=collector.live,
+                    ready=collector.ready)
     collector.start()
     server.start()
     stop.wait()

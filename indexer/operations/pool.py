@@ -209,8 +209,9 @@ class Pool:
         if self.cfg.db_metrics:
             database = exporter.DatabaseCollector(self.cfg.chain_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
-            self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, database=database,
-                                                 multiprocess=True, live=self.liveness.problems, ready=self._ready)
+            self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, chain=self.cfg.chain,
+                                                  database=database, multiprocess=True, live=self.liveness.problems,
+                                                  ready=self._ready)
         for slot in range(self.cfg.workers):
             self._fork(slot)
         signals.on_stop(self._request_stop)

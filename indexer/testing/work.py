@@ -114,5 +114,5 @@ def pool_metric(port: int, name: str) -> float | None:
         page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     except requests.ConnectionError:
         return None
-    found = re.search(rf"^{name} (\S+)$", page, re.M)
+    found = re.search(rf'^{name}{{chain="[a-z0-9_]+"}} (\S+)$', page, re.M)
     return float(found[1]) if found else None
