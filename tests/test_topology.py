@@ -34,7 +34,7 @@ CHAIN = REPO / "deploy" / "chain"
 
 def with_defaults(value: str) -> str:
     """${NAME:-default} -> default (nested ones too), as compose does with nothing set."""
-    while (new := re.sub(r"\$\{[A-Z_]+:-([^{}]*)\}", r"\1", value)) != value:
+    while (new := re.sub(r"\$\{[A-Z0-9_]+:-([^{}]*)\}", r"\1", value)) != value:
         value = new
     return value
 
@@ -69,11 +69,12 @@ needs_docker_compose = pytest.mark.skipif(shutil.which("docker-compose") is None
 
 
 def test_every_indexer_service_runs_a_real_command():
-    assert set(INDEXER_SERVICES) == {"migrate", "plan", "worker", "monitor"}
+    assert set(INDEXER_SERVICES) == {f"{chain}{name}" for chain in ("", "l2-") for name in ("migrate", "plan", "worker",
+                                                                                          "monitor")}
     parser = build_parser()
     for name, service in INDEXER_SERVICES.items():
         args = parser.parse_args([with_defaults(a) for a in service["command"]])
-        assert args.command == name.replace("worker", "work"), name
+        assert args.command == name.removeprefix("l2-").replace("worker", "work"), name
     plan = parser.parse_args([with_defaults(a) for a in INDEXER_SERVICES["plan"]["command"]])
     assert (plan.start, plan.end) == (0, 2_000_000)
 
@@ -92,8 +93,8 @@ def test_ports_and_hosts_agree():
     assert worker["INDEXER_DB_METRICS"] == "false" and "INDEXER_DB_METRICS" not in env(INDEXER_SERVICES["monitor"])
     prometheus = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
     (job,) = prometheus["scrape_configs"]
-    assert job["dns_sd_configs"] == [{"names": ["worker"], "type": "A", "port": metrics_port}]
-    assert job["static_configs"] == [{"targets": [f"monitor:{metrics_port}"]}]
+    assert job["dns_sd_configs"] == [{"names": ["worker", "l2-worker"], "type": "A", "port": metrics_port}]
+    assert job["static_configs"] == [{"targets": [f"monitor:{metrics_port}", f"l2-monitor:{metrics_port}"]}]
 
     database = urlsplit(worker["INDEXER_DATABASE_URL"])
     postgres = env(SERVICES["postgres"])
@@ -127,6 +128,21 @@ def test_the_health_checks_ask_readyz_on_the_metrics_port_and_the_pool_may_give_
     assert grace.endswith("s") and int(grace[:-1]) >= pool.stop_seconds(worker) + 10
 
 
+def test_the_second_chain_has_its_own_node_schema_and_chain_id_and_the_same_database():
+    for name in ("migrate", "plan", "worker", "monitor"):
+        first, second = env(INDEXER_SERVICES[name]), env(INDEXER_SERVICES[f"l2-{name}"])
+        assert "INDEXER_CHAIN" not in first and second["INDEXER_CHAIN"] == "l2", name  # the first: public
+        assert urlsplit(first["INDEXER_RPC_URL"]).hostname == "chain", name
+        assert urlsplit(second["INDEXER_RPC_URL"]).hostname == "l2-chain", name
+        assert first["INDEXER_DATABASE_URL"] == second["INDEXER_DATABASE_URL"], name
+        assert {k: v for k, v in first.items() if k != "INDEXER_RPC_URL"} == {
+            k: v for k, v in second.items() if k not in ("INDEXER_RPC_URL", "INDEXER_CHAIN")}, name
+    ids = {int(env(SERVICES[name]).get("CHAIN_ID", "31337")) for name in ("chain", "l2-chain")}
+    assert len(ids) == 2 and '--chain-id "${CHAIN_ID:-31337}"' in (CHAIN / "start.sh").read_text()
+    plan = build_parser().parse_args([with_defaults(a) for a in INDEXER_SERVICES["l2-plan"]["command"]])
+    assert (plan.start, plan.end) == (0, int(with_defaults(SERVICES["l2-chain"]["environment"]["CHAIN_HEIGHT"])))
+
+
 def test_services_start_in_order():
     assert SERVICES["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     assert SERVICES["plan"]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
@@ -134,6 +150,10 @@ def test_services_start_in_order():
     assert SERVICES["worker"]["depends_on"] == {
         "plan": {"condition": "service_completed_successfully"}, "chain": {"condition": "service_healthy"}}
     assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["chain"]
+    assert SERVICES["l2-migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert SERVICES["l2-plan"]["depends_on"] == {"l2-migrate": {"condition": "service_completed_successfully"}}
+    assert SERVICES["l2-worker"]["depends_on"] == {
+        "l2-plan": {"condition": "service_completed_successfully"}, "l2-chain": {"condition": "service_healthy"}}
 
 
 def test_only_grafana_and_prometheus_publish_ports_and_on_loopback_by_default():
@@ -158,16 +178,18 @@ def test_the_workers_follow_the_chain_after_the_backfill_and_the_chain_keeps_gro
 
 
 def chain_anvil_flags(height: int) -> list[str]:
-    """The flags start.sh starts anvil with, but its address (Anvil picks a loopback port) and its
-    genesis, `height` seconds ago as start.sh computes it."""
+    """The flags start.sh starts anvil with, but its address (Anvil picks a loopback port), its chain
+    id (Anvil's, the default's) and its genesis, `height` seconds ago as start.sh computes it."""
     script = (CHAIN / "start.sh").read_text().replace("\\\n", " ")
     (line,) = [line for line in script.splitlines() if line.lstrip().startswith("anvil ")]
     words = iter(shlex.split(line.strip().removesuffix("&"))[1:])
     flags = []
     for word in words:
-        if word in ("--host", "--port", "--timestamp"):
+        if word in ("--host", "--port", "--timestamp", "--chain-id"):
             value = next(words)
-            if word == "--timestamp":
+            if word == "--chain-id":  # Anvil passes one: 31337, the default of CHAIN_ID
+                assert value == "${CHAIN_ID:-31337}", value
+            elif word == "--timestamp":
                 assert value == "$(( $(date +%s) - height ))", value
                 flags += [word, str(int(time.time()) - height)]
         elif word != "--silent":  # Anvil passes it
