@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from indexer.base import chains, db
 from indexer.base.settings import Settings
 from indexer.base.states import JobStatus
 from indexer.cli_parser import build_parser
@@ -28,6 +29,10 @@ from indexer.testing.cluster import REPO
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE, EXAMPLE = KUBERNETES / "base", KUBERNETES / "overlays" / "example"
+TWO_CHAINS = KUBERNETES / "overlays" / "two-chains"
+# The name suffix of each chain's objects in the overlay of two chains: the base's chain (public),
+# and the one components/chain-l2 adds.
+CHAIN_SUFFIXES = {"public": "", "l2": "-l2"}
 KEDA_CRDS = KUBERNETES / "vendor" / "keda"
 # 1.31: the PodDisruptionBudget's unhealthyPodEvictionPolicy is GA from it; 1.35: the API that
 # KEDA 2.20.2 (the CRDs vendored) is built against (its go.mod replaces k8s.io/api with v0.35).
@@ -59,7 +64,13 @@ def containers(resource: dict) -> list[dict]:
     return pod.get("initContainers", []) + pod["containers"]
 
 
-RENDERED = {"base": render(BASE), "example": render(EXAMPLE)}
+RENDERED = {"base": render(BASE), "example": render(EXAMPLE), "two-chains": render(TWO_CHAINS)}
+
+
+def chains_in(resources: list[dict]) -> dict[str, str]:
+    """The chains whose worker Deployment `resources` hold, with their objects' name suffix."""
+    return {chain: suffix for chain, suffix in CHAIN_SUFFIXES.items()
+            if any(r["kind"] == "Deployment" and r["metadata"]["name"] == f"indexer-worker{suffix}" for r in resources)}
 
 
 def indexer_containers(resources: list[dict]) -> list[tuple[dict, dict]]:
@@ -122,6 +133,28 @@ def test_the_base_holds_every_piece_and_the_example_adds_a_database_and_a_chain(
     assert {c["image"] for _, c in indexer_containers(RENDERED["example"])} == {"skiplock-indexer:0.1.0"}
 
 
+def test_the_two_chains_overlay_adds_the_second_chain_s_objects_and_its_node():
+    example = {(r["kind"], r["metadata"]["name"]) for r in RENDERED["example"]}
+    base = {(r["kind"], r["metadata"]["name"]) for r in RENDERED["base"]}
+    two = {(r["kind"], r["metadata"]["name"]) for r in RENDERED["two-chains"]}
+    assert two == example | {(kind, f"{name}-l2") for kind, name in base} | {("Service", "chain-l2"),
+                                                                               ("Deployment", "chain-l2")}
+    resources = RENDERED["two-chains"]
+    for r, c in indexer_containers(resources):
+        env = environment(resources, c)
+        if r["metadata"]["name"].endswith("-l2"):  # every container of the component's objects
+            assert env["INDEXER_CHAIN"] == "l2" and r["metadata"]["labels"]["skiplock.io/chain"] == "l2", r["metadata"]
+            assert env.get("INDEXER_RPC_URL", "http://chain-l2:8545") == "http://chain-l2:8545"
+        else:
+            assert "INDEXER_CHAIN" not in env, r["metadata"]["name"]  # the default chain, public
+            assert env.get("INDEXER_RPC_URL", "http://chain:8545") == "http://chain:8545"
+    chain_ids = [{v["name"]: v.get("value") for v in containers(find(resources, "Deployment", name))[0]["env"]}
+                 .get("CHAIN_ID", "31337") for name in ("chain", "chain-l2")]
+    assert chain_ids == ["31337", "902"]
+    databases = {environment(resources, c)["INDEXER_DATABASE_URL"] for _, c in indexer_containers(resources)}
+    assert len(databases) == 1  # one database for both
+
+
 def test_the_example_patches_change_what_they_say_and_nothing_else():
     base, example = RENDERED["base"], RENDERED["example"]
     plan = [c["args"] for _, c in indexer_containers([find(example, "Job", "indexer-plan")])]
@@ -149,7 +182,8 @@ def test_every_object_is_valid_against_the_kubernetes_api_schemas(tree, version)
         except kubernetes_validate.ValidationError as exc:
             raise AssertionError(f"{r['kind']} {r['metadata']['name']}: {exc.message} at {list(exc.path)}") from None
         checked += 1
-    assert checked == len(RENDERED[tree]) - 2  # all but the ScaledObject and the TriggerAuthentication
+    # All but the ScaledObjects and the TriggerAuthentications, one of each a chain.
+    assert checked == len(RENDERED[tree]) - 2 * len(chains_in(RENDERED[tree]))
 
 
 def test_the_schema_check_would_catch_a_misspelt_field():
@@ -162,10 +196,12 @@ def test_the_schema_check_would_catch_a_misspelt_field():
 @pytest.mark.parametrize("tree", sorted(RENDERED))
 def test_the_keda_objects_are_valid_against_kedas_own_crds(tree):
     for kind in ("ScaledObject", "TriggerAuthentication"):
-        (obj,) = [r for r in RENDERED[tree] if r["kind"] == kind]
+        objects = [r for r in RENDERED[tree] if r["kind"] == kind]
+        assert len(objects) == len(chains_in(RENDERED[tree]))
         api_version, schema = crd_schema(kind)
-        assert obj["apiVersion"] == api_version
-        jsonschema.validate(obj, schema)
+        for obj in objects:
+            assert obj["apiVersion"] == api_version
+            jsonschema.validate(obj, schema)
 
 
 def test_the_crd_check_would_catch_a_misspelt_field():
@@ -204,20 +240,27 @@ def test_names_selectors_and_references_agree(tree):
                 if "secretKeyRef" in var.get("valueFrom", {}):
                     ref = var["valueFrom"]["secretKeyRef"]
                     assert ref["key"] in find(resources, "Secret", ref["name"])["stringData"], var
-    worker = find(resources, "Deployment", "indexer-worker")
-    pdb = find(resources, "PodDisruptionBudget", "indexer-worker")
-    assert pdb["spec"]["selector"]["matchLabels"] == worker["spec"]["selector"]["matchLabels"]
-    monitor = find(resources, "Deployment", "indexer-monitor")
-    assert not pdb["spec"]["selector"]["matchLabels"].items() <= monitor["spec"]["template"]["metadata"]["labels"].items()
-    scaled = find(resources, "ScaledObject", "indexer-worker")
-    assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
-    assert "replicas" not in worker["spec"]  # KEDA's autoscaler sets them; an apply must not reset them
-    (trigger,) = scaled["spec"]["triggers"]
-    auth = find(resources, "TriggerAuthentication", trigger["authenticationRef"]["name"])
-    (ref,) = auth["spec"]["secretTargetRef"]
-    assert ref["parameter"] == "connection"
-    assert environment(resources, containers(worker)[0])["INDEXER_DATABASE_URL"] == \
-        find(resources, "Secret", ref["name"])["stringData"][ref["key"]]
+    # Each selector takes in the pods of one workload: its own, or for a budget its Deployment's
+    # (of the same name), never another chain's.
+    workloads = [w for w in resources if w["kind"] in ("Deployment", "StatefulSet")]
+    for r in resources:
+        if r["kind"] in ("Deployment", "StatefulSet", "PodDisruptionBudget"):
+            wanted = r["spec"]["selector"]["matchLabels"].items()
+            taken = [w["metadata"]["name"] for w in workloads if wanted <= w["spec"]["template"]["metadata"]["labels"].items()]
+            assert taken == [r["metadata"]["name"]], (r["kind"], r["metadata"]["name"], taken)
+    for chain, suffix in chains_in(resources).items():
+        worker = find(resources, "Deployment", f"indexer-worker{suffix}")
+        pdb = find(resources, "PodDisruptionBudget", f"indexer-worker{suffix}")
+        assert pdb["spec"]["selector"]["matchLabels"] == worker["spec"]["selector"]["matchLabels"]
+        scaled = find(resources, "ScaledObject", f"indexer-worker{suffix}")
+        assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
+        assert "replicas" not in worker["spec"]  # KEDA's autoscaler sets them; an apply must not reset them
+        (trigger,) = scaled["spec"]["triggers"]
+        auth = find(resources, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+        (ref,) = auth["spec"]["secretTargetRef"]
+        assert ref["parameter"] == "connection"
+        assert environment(resources, containers(worker)[0])["INDEXER_DATABASE_URL"] == \
+            find(resources, "Secret", ref["name"])["stringData"][ref["key"]]
 
 
 def test_no_config_map_holds_a_url():
@@ -268,11 +311,12 @@ def test_the_worker_pods_name_themselves_serve_metrics_and_outlast_their_give_ba
 @pytest.mark.parametrize("tree", sorted(RENDERED))
 def test_the_workers_follow_the_chain_from_where_the_plan_job_ends(tree):
     parser = build_parser()
-    (worker,) = containers(find(RENDERED[tree], "Deployment", "indexer-worker"))
-    work = parser.parse_args(worker["args"])
-    (plan,) = [c for c in containers(find(RENDERED[tree], "Job", "indexer-plan")) if c["name"] == "plan"]
-    # --from: a pool may start before the plan Job has run, and follows from the backfill's end.
-    assert work.follow and not work.drain and work.start == parser.parse_args(plan["args"]).end
+    for suffix in chains_in(RENDERED[tree]).values():
+        (worker,) = containers(find(RENDERED[tree], "Deployment", f"indexer-worker{suffix}"))
+        work = parser.parse_args(worker["args"])
+        (plan,) = [c for c in containers(find(RENDERED[tree], "Job", f"indexer-plan{suffix}")) if c["name"] == "plan"]
+        # --from: a pool may start before the plan Job has run, and follows from the backfill's end.
+        assert work.follow and not work.drain and work.start == parser.parse_args(plan["args"]).end, suffix
 
 
 def test_one_pod_is_asked_for_every_job_its_workers_can_run():
@@ -297,6 +341,18 @@ def scaler_query() -> str:
 
 def test_the_scaledobject_query_is_the_queue_modules():
     assert scaler_query() == queue_counts.SCALER_DEMAND
+
+
+def test_the_second_chain_s_scaledobject_counts_its_own_queue(db_url, conn):
+    (trigger,) = find(RENDERED["two-chains"], "ScaledObject", "indexer-worker-l2")["spec"]["triggers"]
+    query = trigger["metadata"]["query"]
+    assert query == queue_counts.SCALER_DEMAND.replace(" FROM jobs ", " FROM l2.jobs ")
+    with db.connect(chains.bind(db_url, "l2")) as l2:
+        db.migrate(l2, "l2")
+        planner.plan(l2, 0, 30, 10)  # three jobs on l2
+    planner.plan(conn, 0, 50, 10)  # five on the first chain, public
+    # KEDA's session is a plain one: the query names l2's queue itself.
+    assert conn.execute(query).fetchone() == (3,) and conn.execute(scaler_query()).fetchone() == (5,)
 
 
 def test_the_scaledobject_query_counts_the_jobs_claimable_now_or_running(conn):
