@@ -18,6 +18,7 @@ import pytest
 
 from indexer.base import chains, db
 from indexer.jobqueue import queue
+from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.cluster import REPO
 from indexer.testing.contracts import compile, deploy, mined, web3_for
@@ -249,3 +250,21 @@ def test_a_database_indexed_before_chains_is_migrated_in_place_then_a_second_cha
             "public": eth.head(), "base": base.head()}
     with connect(blank_db_url, "base") as conn:
         assert_matches_node(conn, base.url, 0, base.head())
+
+
+def test_retry_and_prune_act_on_the_chain_named_alone(db_url):
+    for chain in ("eth", "base"):
+        assert run_indexer("migrate", "--chain", chain, db_url=db_url).returncode == 0
+        with connect(db_url, chain) as conn:
+            planner.plan(conn, 0, 30, 10)
+            conn.execute("UPDATE jobs SET status = 'failed', last_error = 'node down' WHERE id = (SELECT min(id) FROM jobs)")
+            conn.execute("CREATE TABLE jobs_history_2026_06 PARTITION OF jobs_history"
+                         " FOR VALUES FROM ('2026-06-01') TO ('2026-07-01')")
+    retried = run_indexer("retry", "--failed", "--chain", "eth", db_url=db_url)
+    assert (retried.returncode, retried.stdout) == (0, "re-queued 1 failed job(s)\n"), retried.stderr
+    pruned = run_indexer("prune", "--older-than", "30d", "--chain", "eth", db_url=db_url)
+    assert (pruned.returncode, pruned.stdout) == (0, "dropped 1 month(s) of finished jobs: jobs_history_2026_06\n")
+    for chain, failed, old_month in (("eth", 0, None), ("base", 1, "jobs_history_2026_06")):
+        with connect(db_url, chain) as conn:
+            assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone() == (failed,), chain
+            assert conn.execute(f"SELECT to_regclass('{chain}.jobs_history_2026_06')::text").fetchone() == (old_month,)
