@@ -121,13 +121,16 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     stop = threading.Event()
     signals.on_stop(stop.set)
     with db.connect(cfg.chain_url) as conn:
-        # No chain named (by --chain or INDEXER_CHAIN) in a database of several: a line for each.
+        # No chain named (by --chain or INDEXER_CHAIN): a line for each chain of a database of
+        # several, or the one chain of a database of one, whatever its name.
         every = [] if "chain" in cfg.model_fields_set else chains.registered(conn)
         if len(every) > 1:
             chains_status.show(conn, every, as_json_lines=args.json, watch=args.watch, stop=stop,
                                lease_seconds=cfg.lease_seconds, out=sys.stdout)
-        else:
-            status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
+            return 0
+        if every:
+            chains.use(conn, every[0])
+        status.show(conn, as_json_lines=args.json, watch=args.watch, stop=stop, lease_seconds=cfg.lease_seconds)
     return 0
 
 

@@ -268,3 +268,39 @@ def test_retry_and_prune_act_on_the_chain_named_alone(db_url):
         with connect(db_url, chain) as conn:
             assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'failed'").fetchone() == (failed,), chain
             assert conn.execute(f"SELECT to_regclass('{chain}.jobs_history_2026_06')::text").fetchone() == (old_month,)
+
+
+def test_a_database_of_one_chain_of_another_name_shows_it_and_an_old_default_chain_is_registered(blank_db_url):
+    # A chain named from the start: `status` with no chain shows it, not the empty default.
+    assert run_indexer("migrate", "--chain", "base", db_url=blank_db_url).returncode == 0
+    assert run_indexer("plan", "--chain", "base", "--from", "0", "--to", "20", db_url=blank_db_url).returncode == 0
+    shown = run_indexer("status", db_url=blank_db_url)
+    assert shown.returncode == 0 and "blocks            0 of 20 indexed (0.0%)" in shown.stdout, shown.stdout + shown.stderr
+    # The default chain's tables made before chains existed (here by hand, as an old version did):
+    # the next migration of any chain registers it.
+    with db.connect(blank_db_url) as conn:
+        db.migrate(conn, "public")
+        conn.execute("DELETE FROM chains.registry WHERE name = 'public'")
+        assert chains.registered(conn) == ["base"]
+    assert run_indexer("migrate", "--chain", "base", db_url=blank_db_url).returncode == 0
+    with db.connect(blank_db_url) as conn:
+        assert chains.registered(conn) == ["base", "public"]
+
+
+def test_a_reaper_takes_back_the_expired_leases_of_its_own_chain_alone(db_url):
+    """As after a worker killed with SIGKILL on each chain: leases that ran out. The reaper of one
+    chain takes back its own, and leaves the other chain's to that chain's reaper."""
+    held = {}
+    for chain in ("eth", "base"):
+        assert run_indexer("migrate", "--chain", chain, db_url=db_url).returncode == 0
+        with connect(db_url, chain) as conn:
+            planner.plan(conn, 0, 10, 10)
+            (held[chain],) = queue.claim(conn, f"{chain}-pod:1", lease_seconds=0.01)
+    reaped = run_indexer("reap", "--chain", "eth", db_url=db_url)
+    assert reaped.stdout == "reaped 1 expired lease(s); 0 job(s) out of attempts marked failed\n", reaped.stderr
+    with connect(db_url, "eth") as eth, connect(db_url, "base") as base:
+        assert eth.execute("SELECT status, locked_by FROM jobs WHERE id = %s", (held["eth"].id,)).fetchone() == (
+            "pending", None)
+        assert base.execute("SELECT status, locked_by FROM jobs WHERE id = %s", (held["base"].id,)).fetchone() == (
+            "running", "base-pod:1")
+    assert run_indexer("reap", "--chain", "base", db_url=db_url).stdout.startswith("reaped 1 expired lease(s)")

@@ -48,6 +48,7 @@ WHERE to_regclass(format('%I.schema_migrations', r.name)) IS NOT NULL
 ORDER BY r.name
 """
 REGISTRY_EXISTS = "SELECT to_regclass('chains.registry') IS NOT NULL"
+DEFAULT_INDEXED = f"SELECT to_regclass('{DEFAULT_CHAIN}.schema_migrations') IS NOT NULL"
 RELATION_EXISTS = "SELECT to_regclass(format('%%I.%%I', %(chain)s::text, %(table)s::text)) IS NOT NULL"
 # A session moved to another chain (a name checked by check_chain_name needs no quoting).
 USE_CHAIN = "SELECT set_config('search_path', %(chain)s, false)"
@@ -80,8 +81,12 @@ def use(conn: psycopg.Connection, chain: str) -> None:
 
 
 def register(conn: psycopg.Connection, chain: str) -> None:
+    """Registers `chain`, and the default chain too when its schema holds the indexer's tables
+    (a database indexed before chains existed, whose next migration named another chain)."""
     conn.execute(CREATE_REGISTRY)
     conn.execute(REGISTER, {"chain": chain})
+    if conn.execute(DEFAULT_INDEXED).fetchone()[0]:
+        conn.execute(REGISTER, {"chain": DEFAULT_CHAIN})
 
 
 def registered(conn: psycopg.Connection) -> list[str]:

@@ -169,20 +169,22 @@ def migrate(conn: psycopg.Connection, chain: str = chains.DEFAULT_CHAIN) -> list
     """Applies the pending migrations to `chain`'s schema, made if need be, and registers the
     chain; returns the versions applied by this call, which the caller reports. A migration that
     fails is named, with those this call applied before it. The views spanning every chain are
-    dropped while the tables change and built again after, failure or not."""
+    built again after, in one transaction with their drop; when migrations are pending they are
+    dropped before them too (a view pins the columns it shows), and a migration that fails, or a
+    run killed, leaves them missing until the next run."""
     applied_now: list[str] = []
     conn.execute(LOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     try:
         chains.register(conn, chain)
-        chains.drop_views(conn)
         chains.create_schema(conn, chain)
         chains.use(conn, chain)
         conn.execute(CREATE_MIGRATIONS_TABLE)
         done = {row[0] for row in conn.execute(SELECT_APPLIED)}
-        for path in migration_files():
+        pending = [path for path in migration_files() if path.stem not in done]
+        if pending:
+            chains.drop_views(conn)
+        for path in pending:
             version = path.stem
-            if version in done:
-                continue
             try:
                 with conn.transaction():
                     conn.execute(path.read_text())
@@ -193,11 +195,9 @@ def migrate(conn: psycopg.Connection, chain: str = chains.DEFAULT_CHAIN) -> list
                 raise IndexerError(f"migration {version}{of} failed in {where(conn.info.dsn)}, rolled back:"
                                    f" {first_line(exc)}{before}") from None
             applied_now.append(version)
+        with conn.transaction():
+            chains.build_views(conn, complete_chains(conn))
     finally:
-        if not conn.broken:  # a lost connection took its lock with it, and the views wait for the next run
-            try:
-                with conn.transaction():
-                    chains.build_views(conn, complete_chains(conn))
-            finally:
-                conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
+        if not conn.broken:  # a lost connection took its lock with it
+            conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     return applied_now
