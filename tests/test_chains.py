@@ -19,6 +19,7 @@ import pytest
 from indexer.base import chains, db
 from indexer.jobqueue import queue
 from indexer.jobs import planner
+from indexer.operations import follow
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.cluster import REPO
 from indexer.testing.contracts import compile, deploy, mined, web3_for
@@ -163,9 +164,15 @@ def test_a_pool_pointed_at_the_other_chain_s_node_refuses_to_start_and_writes_no
 def test_jobs_planned_on_one_chain_wake_only_that_chain_s_workers(db_url, nodes):
     for chain, node in nodes.items():
         migrate_and_plan(db_url, chain, node)
-    with connect(db_url, "eth") as eth_listener, connect(db_url, "base") as base_listener:
+    with connect(db_url, "eth") as eth_listener, connect(db_url, "base") as base_listener, \
+            db.connect(db_url) as public:
         channels = {"eth": queue.listen(eth_listener), "base": queue.listen(base_listener)}
         assert channels == {"eth": "indexer_jobs:eth", "base": "indexer_jobs:base"}
+        # The default chain keeps the channel and lock names of the version before chains, which
+        # pools not yet upgraded use.
+        assert queue.listen(public) == "indexer_jobs"
+        assert public.execute(f"SELECT {chains.own('skiplock-indexer:plan')}").fetchone() == ("skiplock-indexer:plan",)
+        assert public.execute(f"SELECT {follow.CHAIN_KEY}").fetchone() == (0x68656164,)
         planned = run_indexer("plan", "--chain", "eth", "--from", "100", "--to", "110", db_url=db_url)
         assert planned.returncode == 0, planned.stderr
         assert [n.channel for n in eth_listener.notifies(timeout=5, stop_after=1)] == ["indexer_jobs:eth"]

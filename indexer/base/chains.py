@@ -54,6 +54,13 @@ RELATION_EXISTS = "SELECT to_regclass(format('%%I.%%I', %(chain)s::text, %(table
 USE_CHAIN = "SELECT set_config('search_path', %(chain)s, false)"
 
 
+def own(name: str) -> str:
+    """SQL for a name of the session's chain's own, for an advisory lock's key or a channel:
+    `name` for the default chain, as before chains existed (so that a fleet upgraded pod by pod
+    shares its locks and its channel with the pods not yet upgraded), `name:chain` for another."""
+    return f"concat_ws(':', '{name}', nullif(current_schema(), '{DEFAULT_CHAIN}'))"
+
+
 def check_chain_name(name: str) -> None:
     """ValueError saying what a chain's name may be, unless `name` is one."""
     if not CHAIN_NAME.fullmatch(name):

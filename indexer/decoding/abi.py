@@ -44,6 +44,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..base import chains
 from ..base.block_range import DECODE_LOGS, cut
 from ..jobqueue import queue
 from . import abi_names
@@ -56,7 +57,7 @@ DROP_BATCH = 100
 
 # Serialises `abi add` and `abi drop` of one chain: the table names one derives depend on the tables the
 # other creates or drops.
-ABI_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi:' || current_schema()))"
+ABI_LOCK = f"SELECT pg_advisory_xact_lock(hashtext({chains.own('skiplock-indexer:abi')}))"
 
 # NULL: no ABI of that name; true: one whose drop began (and may have been interrupted).
 ABI_DROPPING = "SELECT dropping FROM abis WHERE name = %(name)s"

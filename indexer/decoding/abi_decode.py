@@ -18,6 +18,7 @@ from eth_abi.registry import registry as abi_registry
 from eth_abi.decoding import ContextFramesBytesIO
 from psycopg import sql
 
+from ..base import chains
 from ..chaindata.rows import copy_text
 from . import abi_names
 from .abi_parse import AbiError, Event, Param, event_of
@@ -37,8 +38,8 @@ FETCH_ROWS = 20_000
 # then see it. (A row lock would not do: FOR KEY SHARE is granted beside the ones held, ahead of
 # a DELETE waiting for them, so the DELETE waited for a moment when no window held one: as long
 # as a backfill decoded.)
-DECODING = "SELECT pg_advisory_xact_lock_shared(hashtext('skiplock-indexer:abi-decode:' || current_schema()))"
-STOP_DECODING = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:abi-decode:' || current_schema()))"
+DECODING = f"SELECT pg_advisory_xact_lock_shared(hashtext({chains.own('skiplock-indexer:abi-decode')}))"
+STOP_DECODING = f"SELECT pg_advisory_xact_lock(hashtext({chains.own('skiplock-indexer:abi-decode')}))"
 
 # Read under DECODING: an ABI being dropped is not returned, and its drop does not start while
 # the tables returned are in use.

@@ -25,13 +25,14 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ..base import chains
 from ..base.block_range import DECODE_LOGS, INDEX_TRACES, check_payload
 from ..base.block_range import JOB_KIND as INDEX_BLOCKS
 from ..base.states import JobStatus
 
 # The channel idle workers listen on: one per chain (its schema), so that jobs added to one chain
-# wake only the pools of that chain.
-CHANNEL = "'indexer_jobs:' || current_schema()"
+# wake only the pools of that chain: `indexer_jobs`, or `indexer_jobs:<chain>` (chains.own).
+CHANNEL = chains.own("indexer_jobs")
 SELECT_CHANNEL = f"SELECT {CHANNEL}"
 
 # Statuses are written into the statements as literals, not bound: the claim's partial index

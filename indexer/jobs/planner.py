@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from ..base import chains
 from ..base.block_range import INDEX_TRACES, JOB_KIND, MAX_END
 from ..base.errors import IndexerError
 from ..base.settings import DEFAULT_PARTITION_BLOCKS, MAX_CHUNK
@@ -29,7 +30,7 @@ MAX_JOBS = 1_000_000
 
 # Serialises the planners of one chain (its schema): two overlapping plans at once must not both
 # see a range as uncovered.
-PLAN_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock-indexer:plan:' || current_schema()))"
+PLAN_LOCK = f"SELECT pg_advisory_xact_lock(hashtext({chains.own('skiplock-indexer:plan')}))"
 
 # Adds a job for each cell of the chunk grid that meets a part of [start, end) no job covers
 # yet, unless that would be more than max_jobs jobs (then it adds none); returns the jobs and

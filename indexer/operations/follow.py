@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from ..base import db, metrics
+from ..base import chains, db, metrics
 from ..base.errors import IndexerError, first_line, redact
 from ..base.settings import Settings
 from ..chaindata import chain
@@ -47,12 +47,14 @@ from .follow_state import Head, progress, state
 
 log = logging.getLogger(__name__)
 
-# pg_try_advisory_lock(int, int): "skip", then a hash of the chain's name (its schema), so that
-# each chain has its own planner. Two keys, so that pg_locks shows them as classid and objid, which
-# the statement that ends a silent holder's session matches; the hash is kept positive, as objid
-# shows it.
+# pg_try_advisory_lock(int, int): "skip", then "head" for the default chain (as before chains
+# existed, so that pools upgraded and not yet upgraded share one planner) or a hash of another
+# chain's name, so that each chain has its own planner. Two keys, so that pg_locks shows them as
+# classid and objid, which the statement that ends a silent holder's session matches; the hash is
+# kept positive, as objid shows it.
 PLANNER_LOCK_KEYS = {"k1": 0x736B6970}
-CHAIN_KEY = "(hashtext('skiplock-indexer:head:' || current_schema()) & 2147483647)"
+CHAIN_KEY = (f"(CASE WHEN current_schema() = '{chains.DEFAULT_CHAIN}' THEN {0x68656164}"
+             " ELSE hashtext('skiplock-indexer:head:' || current_schema()) & 2147483647 END)")
 TRY_PLANNER_LOCK = f"SELECT pg_try_advisory_lock(%(k1)s, {CHAIN_KEY})"
 
 # A pool that finds the holder silent for `silent` seconds ends its session: the lock goes with it.
