@@ -30,7 +30,7 @@ EXIT_INTERRUPTED = 130  # as a shell reports a command killed by SIGINT
 def cmd_migrate(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.chain_url) as conn:
         applied = db.migrate(conn, cfg.chain)
-    of = "" if cfg.chain == chains.DEFAULT_CHAIN else f" to the chain {cfg.chain}"
+    of = "" if cfg.chain is None else f" to the chain {cfg.chain}"
     print(f"applied {len(applied)} migration(s){of}" + (f": {', '.join(applied)}" if applied else "; schema is up to date"))
     return 0
 
@@ -63,13 +63,13 @@ def cmd_work(cfg: settings.Settings, args: argparse.Namespace) -> int:
 def cmd_monitor(cfg: settings.Settings, args: argparse.Namespace) -> int:
     if not cfg.metrics_port:
         raise IndexerError("INDEXER_METRICS_PORT is 0: nothing to serve")
-    with db.connect(cfg.chain_url):  # fail now, clearly, if the database is unreachable
-        pass
+    with db.connect(cfg.chain_url) as conn:  # fail now, clearly, if the database is unreachable
+        chain = db.chain_of(conn)
     from .operations import exporter
 
     stop = threading.Event()
     signals.on_stop(stop.set)
-    exporter.serve_database_gauges(cfg.chain_url, chain=cfg.chain, host=cfg.metrics_host, port=cfg.metrics_port,
+    exporter.serve_database_gauges(cfg.chain_url, chain=chain, host=cfg.metrics_host, port=cfg.metrics_port,
                                   interval=cfg.db_metrics_seconds, stop=stop)
     return 0
 
@@ -123,10 +123,10 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
     with db.connect(cfg.chain_url) as conn:
         # No chain named (by --chain or INDEXER_CHAIN): a line for each chain of a database of
         # several, or the one chain of a database of one, whatever its name.
-        every = [] if "chain" in cfg.model_fields_set else chains.registered(conn)
+        every = [] if cfg.chain is not None else chains.registered(conn)
         if len(every) > 1:
-            chains_status.show(conn, every, as_json_lines=args.json, watch=args.watch, stop=stop,
-                               lease_seconds=cfg.lease_seconds, out=sys.stdout)
+            chains_status.show(conn, every, db.complete_chains(conn), as_json_lines=args.json, watch=args.watch,
+                               stop=stop, lease_seconds=cfg.lease_seconds, out=sys.stdout)
             return 0
         if every:
             chains.use(conn, every[0])
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"indexer {args.command}: error: {exc}{hint}", file=sys.stderr)
         return exc.exit_code
     except psycopg.errors.UndefinedTable as exc:
-        if cfg.chain != chains.DEFAULT_CHAIN:  # a chain not migrated yet, or misspelled
+        if cfg.chain is not None:  # a chain not migrated yet, or misspelled
             print(f"indexer {args.command}: error: the chain {cfg.chain} in {database} has no tables of the indexer"
                   f" ({first_line(exc)}): run `indexer migrate --chain {cfg.chain}` first, or check the chain's name"
                   " (`indexer status` lists the chains)", file=sys.stderr)

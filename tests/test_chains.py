@@ -14,16 +14,18 @@ from pathlib import Path
 from typing import Iterator
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 import pytest
 
 from indexer.base import chains, db
 from indexer.jobqueue import queue
 from indexer.jobs import planner
-from indexer.operations import follow
+from indexer.operations import follow, follow_state
 from indexer.testing.anvil import Anvil, build_chain
 from indexer.testing.cluster import REPO
 from indexer.testing.contracts import compile, deploy, mined, web3_for
 from indexer.testing.node_compare import assert_matches_node, copy_is_the_node_s, snapshot
+from indexer.testing.waiting import wait_for
 
 from .conftest import run_indexer
 
@@ -117,6 +119,16 @@ def test_two_chains_indexed_at_once_each_equal_to_its_node_decoded_alike_and_see
     assert lines[2] == "public (chain id not yet known): nothing planned yet; jobs 0 pending, 0 running, 0 done"
     records = [json.loads(line) for line in run_indexer("status", "--json", db_url=db_url).stdout.splitlines()]
     assert [(r["chain"], r["chain_id"]) for r in records] == [("base", 8453), ("eth", 31337), ("public", None)]
+    # A chain registered whose migrations did not all run (interrupted, or under way) is named
+    # with what to run, and the others are shown as ever.
+    with db.connect(db_url) as conn:
+        conn.execute("INSERT INTO chains.registry (name) VALUES ('half')")
+        conn.execute("CREATE SCHEMA half")
+        conn.execute("CREATE TABLE half.schema_migrations (version text PRIMARY KEY)")
+    shown = run_indexer("status", db_url=db_url)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[2:] == ["half: lacks migrations of this version: run `indexer migrate --chain half`",
+                                             lines[2]], shown.stdout
     # Named, a chain's own status in full.
     one = run_indexer("status", "--chain", "eth", db_url=db_url)
     assert one.stdout.startswith("jobs ") and "blocks " in one.stdout, one.stdout
@@ -311,3 +323,64 @@ def test_a_reaper_takes_back_the_expired_leases_of_its_own_chain_alone(db_url):
         assert base.execute("SELECT status, locked_by FROM jobs WHERE id = %s", (held["base"].id,)).fetchone() == (
             "running", "base-pod:1")
     assert run_indexer("reap", "--chain", "base", db_url=db_url).stdout.startswith("reaped 1 expired lease(s)")
+
+
+def test_two_chains_followed_at_once_each_with_its_own_head_planner(db_url, nodes, work):
+    """Each chain's pool plans its own node's new blocks into its own schema, with a head planner
+    of its own: neither waits for the other's lock, and the default chain's state is untouched."""
+    for chain, node in nodes.items():
+        assert run_indexer("migrate", "--chain", chain, db_url=db_url).returncode == 0
+        work(db_url, node.url, "--follow", "--from", "0", "--workers", "1", INDEXER_CHAIN=chain,
+             INDEXER_HEAD_POLL_SECONDS="0.2")
+    conns = {chain: connect(db_url, chain) for chain in nodes}
+    try:
+        for _ in range(3):
+            for node in nodes.values():
+                node.mine(1)
+            for chain, node in nodes.items():
+                wait_for(lambda: copy_is_the_node_s(conns[chain], node), f"{chain}'s new block to be indexed")
+        for chain, node in nodes.items():
+            assert follow_state.state(conns[chain]).planned_through == node.head(), chain
+            # Its planner holds its chain's lock, not the other's.
+            (_, application, _) = conns[chain].execute(follow.PLANNER_SESSION, follow.PLANNER_LOCK_KEYS).fetchone()
+            assert application.startswith("indexer head planner "), application
+        planners = {conns[chain].execute(follow.PLANNER_SESSION, follow.PLANNER_LOCK_KEYS).fetchone()[0] for chain in nodes}
+        assert len(planners) == 2
+    finally:
+        for c in conns.values():
+            c.close()
+    with db.connect(db_url) as public:  # the template's default chain: nothing planned, nothing followed
+        assert public.execute("SELECT count(*) FROM follow_state").fetchone() == (0,)
+        assert public.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+def test_with_no_chain_set_the_connection_s_own_search_path_holds_as_before_chains(blank_db_url):
+    """Before chains, the tables went where the session's search_path put them (the URL's options,
+    PGOPTIONS, a schema of the role's name): with INDEXER_CHAIN unset they still do, and that
+    schema is the chain."""
+    url = make_conninfo(blank_db_url, options="-c search_path=legacy")
+    with db.connect(blank_db_url) as conn:
+        conn.execute("CREATE SCHEMA legacy")
+    assert run_indexer("migrate", db_url=url).stdout.startswith("applied ")
+    assert run_indexer("plan", "--from", "0", "--to", "10", db_url=url).returncode == 0
+    with db.connect(blank_db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM legacy.jobs").fetchone() == (1,)
+        assert conn.execute("SELECT to_regclass('public.jobs')").fetchone() == (None,)
+        assert chains.registered(conn) == ["legacy"]
+    shown = run_indexer("status", db_url=url)
+    assert shown.returncode == 0 and "blocks            0 of 10 indexed" in shown.stdout, shown.stdout + shown.stderr
+    named = run_indexer("status", "--chain", "legacy", db_url=blank_db_url)
+
+    def timeless(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith(("oldest pending job waiting", "speed"))]
+
+    assert timeless(named.stdout) == timeless(shown.stdout)
+
+
+def test_a_migrate_with_nothing_to_do_leaves_the_views_to_a_long_query_on_them(db_url):
+    """Every pod's start runs `indexer migrate`: with nothing to apply it must not wait for the
+    lock that dropping a view takes, which a long query on the views holds off."""
+    with db.connect(db_url) as reader, reader.transaction():
+        reader.execute("SELECT count(*) FROM chains.blocks").fetchone()
+        done = run_indexer("migrate", db_url=db_url, env={"PGOPTIONS": "-c lock_timeout=2s"})
+        assert (done.returncode, done.stdout) == (0, "applied 0 migration(s); schema is up to date\n"), done.stderr

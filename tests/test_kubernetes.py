@@ -153,6 +153,9 @@ def test_the_two_chains_overlay_adds_the_second_chain_s_objects_and_its_node():
     assert chain_ids == ["31337", "902"]
     databases = {environment(resources, c)["INDEXER_DATABASE_URL"] for _, c in indexer_containers(resources)}
     assert len(databases) == 1  # one database for both
+    # Both chains run the image the docs build, not an untagged one (the example's tag reaches the
+    # example's objects only).
+    assert {c["image"] for _, c in indexer_containers(resources)} == {"skiplock-indexer:0.1.0"}
 
 
 def test_the_example_patches_change_what_they_say_and_nothing_else():

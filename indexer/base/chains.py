@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS chains.registry (
     added_at timestamptz NOT NULL DEFAULT now()
 )
 """
-REGISTER = "INSERT INTO chains.registry (name) VALUES (%(chain)s) ON CONFLICT (name) DO NOTHING"
+REGISTER = "INSERT INTO chains.registry (name) VALUES (%(chain)s) ON CONFLICT (name) DO NOTHING RETURNING name"
 # The registered chains whose schema is still there (an operator may have dropped one).
 REGISTERED = """
 SELECT r.name FROM chains.registry r
@@ -48,6 +48,7 @@ WHERE to_regclass(format('%I.schema_migrations', r.name)) IS NOT NULL
 ORDER BY r.name
 """
 REGISTRY_EXISTS = "SELECT to_regclass('chains.registry') IS NOT NULL"
+VIEWS_EXIST = "SELECT to_regclass('chains.blocks') IS NOT NULL"
 DEFAULT_INDEXED = f"SELECT to_regclass('{DEFAULT_CHAIN}.schema_migrations') IS NOT NULL"
 RELATION_EXISTS = "SELECT to_regclass(format('%%I.%%I', %(chain)s::text, %(table)s::text)) IS NOT NULL"
 # A session moved to another chain (a name checked by check_chain_name needs no quoting).
@@ -87,13 +88,19 @@ def use(conn: psycopg.Connection, chain: str) -> None:
     conn.execute(USE_CHAIN, {"chain": chain})
 
 
-def register(conn: psycopg.Connection, chain: str) -> None:
+def register(conn: psycopg.Connection, chain: str) -> bool:
     """Registers `chain`, and the default chain too when its schema holds the indexer's tables
-    (a database indexed before chains existed, whose next migration named another chain)."""
+    (a database indexed before chains existed, whose next migration named another chain).
+    Whether either was new."""
     conn.execute(CREATE_REGISTRY)
-    conn.execute(REGISTER, {"chain": chain})
+    new = conn.execute(REGISTER, {"chain": chain}).fetchone() is not None
     if conn.execute(DEFAULT_INDEXED).fetchone()[0]:
-        conn.execute(REGISTER, {"chain": DEFAULT_CHAIN})
+        new |= conn.execute(REGISTER, {"chain": DEFAULT_CHAIN}).fetchone() is not None
+    return new
+
+
+def views_exist(conn: psycopg.Connection) -> bool:
+    return conn.execute(VIEWS_EXIST).fetchone()[0]
 
 
 def registered(conn: psycopg.Connection) -> list[str]:

@@ -125,12 +125,17 @@ def worker_session_options(lease_seconds: float) -> str:
             f" -c statement_timeout={WORKER_STATEMENT_TIMEOUT_MS}")
 
 
+def options_with(url: str, more: str) -> str:
+    """libpq `options` for a connection to `url` with `more` settings: psycopg's `options=`
+    replaces the URL's own, which carry the chain's search_path (chains.bind)."""
+    return f"{conninfo_to_dict(url).get('options') or ''} {more}".strip()
+
+
 def connect_worker(url: str, *, lease_seconds: float, application_name: str) -> psycopg.Connection:
     """An autocommit connection with the workers' session settings. Errors are psycopg's own:
     a worker reconnects on OperationalError rather than exiting."""
-    given = conninfo_to_dict(url).get("options") or ""  # the chain's search_path (chains.bind)
     return psycopg.connect(url, autocommit=True, application_name=application_name,
-                           options=f"{given} {worker_session_options(lease_seconds)}".strip(), connect_timeout=10)
+                           options=options_with(url, worker_session_options(lease_seconds)), connect_timeout=10)
 
 
 def schema_dir() -> Path:
@@ -158,6 +163,15 @@ def check_schema(conn: psycopg.Connection) -> None:
         raise IndexerError(f"{which} lacks migration(s) {', '.join(missing)}: run `indexer migrate{flag}` first")
 
 
+def chain_of(conn: psycopg.Connection) -> str:
+    """The chain a session works in: the first schema of its search_path that exists."""
+    (chain,) = conn.execute("SELECT current_schema()").fetchone()
+    if chain is None:
+        raise IndexerError(f"no schema of the search_path of {where(conn.info.dsn)} exists (`SHOW search_path`):"
+                           " set INDEXER_CHAIN (or --chain) to the chain's schema")
+    return chain
+
+
 def complete_chains(conn: psycopg.Connection) -> list[str]:
     """The registered chains whose schema has every migration of this version."""
     wanted = {p.stem for p in migration_files()}
@@ -165,17 +179,20 @@ def complete_chains(conn: psycopg.Connection) -> list[str]:
             if wanted <= {row[0] for row in conn.execute(sql.SQL(SELECT_APPLIED_IN).format(sql.Identifier(chain)))}]
 
 
-def migrate(conn: psycopg.Connection, chain: str = chains.DEFAULT_CHAIN) -> list[str]:
-    """Applies the pending migrations to `chain`'s schema, made if need be, and registers the
-    chain; returns the versions applied by this call, which the caller reports. A migration that
-    fails is named, with those this call applied before it. The views spanning every chain are
-    built again after, in one transaction with their drop; when migrations are pending they are
-    dropped before them too (a view pins the columns it shows), and a migration that fails, or a
-    run killed, leaves them missing until the next run."""
+def migrate(conn: psycopg.Connection, chain: str | None = None) -> list[str]:
+    """Applies the pending migrations to `chain`'s schema (by default the one the session works
+    in, `chain_of`), made if need be, and registers the chain; returns the versions applied by
+    this call, which the caller reports. A migration that fails is named, with those this call
+    applied before it. When migrations are pending the views spanning every chain are dropped
+    before them (a view pins the columns it shows) and built again after, in one transaction; a
+    migration that fails, or a run killed, leaves them missing until the next run. A run that
+    changes nothing (every pod's start) leaves them alone, so that a long query on them does not
+    hold it up."""
     applied_now: list[str] = []
+    chain = chain or chain_of(conn)
     conn.execute(LOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})
     try:
-        chains.register(conn, chain)
+        registered_now = chains.register(conn, chain)
         chains.create_schema(conn, chain)
         chains.use(conn, chain)
         conn.execute(CREATE_MIGRATIONS_TABLE)
@@ -195,8 +212,9 @@ def migrate(conn: psycopg.Connection, chain: str = chains.DEFAULT_CHAIN) -> list
                 raise IndexerError(f"migration {version}{of} failed in {where(conn.info.dsn)}, rolled back:"
                                    f" {first_line(exc)}{before}") from None
             applied_now.append(version)
-        with conn.transaction():
-            chains.build_views(conn, complete_chains(conn))
+        if pending or registered_now or not chains.views_exist(conn):
+            with conn.transaction():
+                chains.build_views(conn, complete_chains(conn))
     finally:
         if not conn.broken:  # a lost connection took its lock with it
             conn.execute(UNLOCK_MIGRATIONS, {"key": MIGRATE_LOCK_KEY})

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .chains import DEFAULT_CHAIN, check_chain_name
+from .chains import check_chain_name
 from .chains import bind as bind_chain
 from .urls import endpoint_label, parse_urls
 
@@ -61,11 +61,12 @@ class Settings(BaseSettings):
         "postgresql://postgres@127.0.0.1:5432/postgres",
         description="libpq URL or key=value string of the database that holds jobs and chain data",
     )
-    chain: str = Field(
-        DEFAULT_CHAIN,
+    chain: str | None = Field(
+        None,
         description="the chain this command works on: the PostgreSQL schema that holds its tables, jobs and ABIs, so"
         " that one database holds several chains (a lower-case letter or `_`, then up to 39 lower-case letters,"
-        " digits or `_`; default `public`, where a database indexed before chains existed keeps its one chain)")
+        " digits or `_`). Unset: the schema the connection's own search_path picks, as before chains existed:"
+        " `public`, unless the role has a schema of its name or the URL's options or PGOPTIONS name one")
     rpc_url: str = Field(
         "http://127.0.0.1:8545",
         description="JSON-RPC endpoint(s) of the chain node; several may be given, comma-separated",
@@ -185,8 +186,9 @@ class Settings(BaseSettings):
 
     @field_validator("chain")
     @classmethod
-    def _valid_chain(cls, value: str) -> str:
-        check_chain_name(value)
+    def _valid_chain(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_chain_name(value)
         return value
 
     @field_validator("worker_name")
@@ -219,8 +221,8 @@ class Settings(BaseSettings):
     @property
     def chain_url(self) -> str:
         """The database URL every connection of a command uses: its sessions work in the chain's
-        schema (`chains.bind`)."""
-        return bind_chain(self.database_url, self.chain)
+        schema (`chains.bind`), or, with no chain set, where the URL's own search_path puts them."""
+        return self.database_url if self.chain is None else bind_chain(self.database_url, self.chain)
 
     @property
     def rpc_urls(self) -> list[str]:

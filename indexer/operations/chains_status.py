@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 import psycopg
@@ -36,26 +37,36 @@ def record(chain: str, chain_id: int | None, st: status.Status) -> dict[str, Any
     return {"chain": chain, "chain_id": chain_id, **status.as_json(st)}
 
 
-def gather(conn: psycopg.Connection, names: list[str], *, lease_seconds: float
-           ) -> list[tuple[str, int | None, status.Status]]:
-    found = []
+def unmigrated(chain: str) -> str:
+    """The line of a chain whose schema lacks this version's migrations (being migrated, or a
+    migration that failed or was interrupted): its tables cannot be read as this version's."""
+    return f"{chain}: lacks migrations of this version: run `indexer migrate --chain {chain}`"
+
+
+def gather(conn: psycopg.Connection, names: list[str], complete: list[str], *, lease_seconds: float
+           ) -> list[tuple[str, int | None, status.Status | None]]:
+    found: list[tuple[str, int | None, status.Status | None]] = []
     for chain in names:
+        if chain not in complete:
+            found.append((chain, None, None))
+            continue
         chains.use(conn, chain)
         found.append((chain, store.recorded_chain_id(conn), status.gather(conn, lease_seconds=lease_seconds)))
     return found
 
 
-def show(conn: psycopg.Connection, names: list[str], *, as_json_lines: bool, watch: float | None,
-         stop: threading.Event, lease_seconds: float, out: TextIO) -> None:
+def show(conn: psycopg.Connection, names: list[str], complete: list[str], *, as_json_lines: bool,
+         watch: float | None, stop: threading.Event, lease_seconds: float, out: TextIO) -> None:
     """One line (or JSON record) per chain, once or every `watch` seconds until `stop` is set."""
     while True:
-        found = gather(conn, names, lease_seconds=lease_seconds)
+        found = gather(conn, names, complete, lease_seconds=lease_seconds)
         if as_json_lines:
-            text = "\n".join(json.dumps(record(*each)) for each in found)
+            text = "\n".join(json.dumps(record(*each) if each[2] else {"chain": each[0], "migrated": False})
+                             for each in found)
         else:
-            text = "\n".join(line(*each) for each in found)
+            text = "\n".join(line(*each) if each[2] else unmigrated(each[0]) for each in found)
             if watch is not None:
-                text = f"--- {found[0][2].at:%Y-%m-%d %H:%M:%S} UTC\n{text}"
+                text = f"--- {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n{text}"
         print(text, file=out, flush=True)
         if watch is None or stop.wait(watch):
             return

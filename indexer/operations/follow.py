@@ -210,8 +210,8 @@ class HeadPlanner:
             self._conn = psycopg.connect(
                 self.cfg.chain_url, autocommit=True, application_name=f"indexer head planner {self.name}",
                 connect_timeout=10, keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3,
-                options="-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
-                        f" -c statement_timeout={db.WORKER_STATEMENT_TIMEOUT_MS}")
+                options=db.options_with(self.cfg.chain_url, "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2"
+                                        f" -c tcp_keepalives_count=3 -c statement_timeout={db.WORKER_STATEMENT_TIMEOUT_MS}"))
             self.holding = False
         return self._conn
 

@@ -24,6 +24,7 @@ from typing import Callable
 
 import psycopg
 
+from ..base import db
 from ..base.errors import first_line, redact
 from ..chaindata import chain
 from ..node.rpc import RpcClient
@@ -121,7 +122,8 @@ class Dependencies:
     def _database(self) -> None:
         with psycopg.connect(self._database_url, autocommit=True, connect_timeout=int(CHECK_TIMEOUT),
                              application_name="indexer health",
-                             options=f"-c statement_timeout={int(CHECK_TIMEOUT * 1000)}") as conn:
+                             options=db.options_with(self._database_url,
+                                                     f"-c statement_timeout={int(CHECK_TIMEOUT * 1000)}")) as conn:
             conn.execute(PING)
 
     def _node(self) -> None:

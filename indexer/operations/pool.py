@@ -33,7 +33,7 @@ import time
 
 import psycopg
 
-from ..base import chains, db, metrics, signals
+from ..base import db, metrics, signals
 from ..base.errors import IndexerError, first_line, redact
 from ..base.settings import Settings
 from ..chaindata import chain, store
@@ -120,9 +120,9 @@ def run(cfg: Settings, *, drain: bool, follow: bool = False, follow_from: int | 
         return Pool(cfg, drain=drain, metrics_directory=directory, follow=follow, follow_from=follow_from).run()
 
 
-def check_chain(cfg: Settings) -> int:
+def check_chain(cfg: Settings) -> tuple[int, str]:
     """Every endpoint must answer and serve the chain this database indexes (recorded on first
-    use). Returns the chain id."""
+    use). Returns the chain id, and the chain's name (its schema, for the metrics' label)."""
     ids = {}
     for url in cfg.rpc_urls:
         client = RpcClient([url], timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts)
@@ -133,12 +133,13 @@ def check_chain(cfg: Settings) -> int:
     with db.connect(cfg.chain_url) as conn:
         db.check_schema(conn)
         recorded = store.record_chain_id(conn, chain_id)
+        name = db.chain_of(conn)
     if recorded != chain_id:
-        which = "this database" if cfg.chain == chains.DEFAULT_CHAIN else f"the chain {cfg.chain} in this database"
+        which = "this database" if cfg.chain is None else f"the chain {cfg.chain} in this database"
         raise IndexerError(
             f"{which} indexes chain {recorded}, but {', '.join(ids)} serves chain {chain_id}; refusing to start"
         )
-    return chain_id
+    return chain_id, name
 
 
 class Pool:
@@ -198,7 +199,7 @@ class Pool:
         self.stopping = True
 
     def run(self) -> int:
-        self.chain_id = check_chain(self.cfg)
+        self.chain_id, chain_name = check_chain(self.cfg)
         if self.follow:
             with db.connect(self.cfg.chain_url) as conn:
                 start = follow.prepare(conn, self.follow_from)
@@ -209,7 +210,7 @@ class Pool:
         if self.cfg.db_metrics:
             database = exporter.DatabaseCollector(self.cfg.chain_url, self.cfg.db_metrics_seconds)
         if self.cfg.metrics_port:  # a port already taken refuses to start before any worker runs
-            self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, chain=self.cfg.chain,
+            self.metrics_server = exporter.listen(self.cfg.metrics_port, host=self.cfg.metrics_host, chain=chain_name,
                                                   database=database, multiprocess=True, live=self.liveness.problems,
                                                   ready=self._ready)
         for slot in range(self.cfg.workers):
