@@ -37,9 +37,14 @@ PROMETHEUS = shutil.which("prometheus") or "prometheus"
 
 def scrape(port: int, chain: str = "public") -> dict[str, float]:
     """The samples of a /metrics page, keyed by name and labels as written but for the label
-    `chain`, which every sample must carry first, naming the pool's chain."""
+    `chain`, which every sample must carry first, naming the pool's chain. A page of no indexer's
+    (another test's node or Prometheus, on a port taken between free_port() and the pool's bind)
+    has none."""
+    page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    if "# TYPE indexer_" not in page:
+        return {}
     samples = {}
-    for line in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+    for line in page.splitlines():
         if line and not line.startswith("#"):
             key, value = line.rsplit(" ", 1)
             name, labels = key.split("{", 1)
