@@ -125,7 +125,7 @@ def cmd_status(cfg: settings.Settings, args: argparse.Namespace) -> int:
         # several, or the one chain of a database of one, whatever its name.
         every = [] if cfg.chain is not None else chains.registered(conn)
         if len(every) > 1:
-            chains_status.show(conn, every, db.complete_chains(conn), as_json_lines=args.json, watch=args.watch,
+            chains_status.show(conn, every, db.complete_chains(conn, every), as_json_lines=args.json, watch=args.watch,
                                stop=stop, lease_seconds=cfg.lease_seconds, out=sys.stdout)
             return 0
         if every:

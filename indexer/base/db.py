@@ -172,10 +172,11 @@ def chain_of(conn: psycopg.Connection) -> str:
     return chain
 
 
-def complete_chains(conn: psycopg.Connection) -> list[str]:
-    """The registered chains whose schema has every migration of this version."""
+def complete_chains(conn: psycopg.Connection, registered: list[str] | None = None) -> list[str]:
+    """The registered chains (`chains.registered`, unless the caller has them already) whose
+    schema has every migration of this version."""
     wanted = {p.stem for p in migration_files()}
-    return [chain for chain in chains.registered(conn)
+    return [chain for chain in (chains.registered(conn) if registered is None else registered)
             if wanted <= {row[0] for row in conn.execute(sql.SQL(SELECT_APPLIED_IN).format(sql.Identifier(chain)))}]
 
 
