@@ -1,7 +1,11 @@
 # The indexer: one image for every `indexer` command (migrate, plan, work, monitor, status...).
 FROM python:3.11-slim AS build
+# A C compiler for the root checks' extension (scripts/build_native.py); the image that runs
+# takes only the built wheel.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
+COPY scripts/build_native.py ./scripts/
 COPY indexer ./indexer
 COPY schema ./schema
 # The dependencies at the versions the test suite passed with, not the newest the ranges allow.

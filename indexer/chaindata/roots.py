@@ -10,6 +10,11 @@ roots from stored rows (`stored_roots.py`):
   rows, and their encodings;
 - `json_encodings.py`: the same encodings straight from the JSON's hex digits, the path
   `check_block` takes.
+
+`_native_roots.c` does what `check_block` does for a block whose roots all match, in one pass of
+C, where the install could compile it (scripts/build_native.py): it answers "proven" or "not
+mine to say", and for the second the Python below decides and words the answer, so both give the
+same verdict on every block (tests/unit/test_native_roots.py). `NATIVE` says whether it is here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from .json_encodings import encode_receipt_json, encode_transaction_json, encode
 from .ordered_trie import EMPTY_ROOT_HEX, ZERO_HASH_HEX, ordered_trie_root
 from .rlp_codec import keccak
 from .rows import ZERO_BLOOM
+
+try:
+    from . import _native_roots
+except ImportError:  # installed where no C compiler was found: the Python check does all the work
+    _native_roots = None
+
+NATIVE = _native_roots is not None
 
 
 class RootMismatch(ChainDataError):
@@ -141,6 +153,8 @@ def check_block(block: dict[str, Any], receipts: list[dict[str, Any]], *, chain_
     bloom that disagrees with the logs, or a log missing, still changes the root), for less CPU
     (no keccak of each address and topic); a bad bloom is then a receipts root mismatch."""
     number = int(block["number"], 16)
+    if _native_roots is not None and _native_roots.roots_match(block, receipts, recompute_blooms):
+        return None
     txs = block["transactions"]
     if block["transactionsRoot"] == ZERO_HASH_HEX or block["receiptsRoot"] == ZERO_HASH_HEX:
         return "the header's transactions or receipts root is zero"

@@ -19,11 +19,23 @@ import pytest
 import rlp
 
 from indexer.base.errors import ChainDataError
-from indexer.chaindata import encodings, json_encodings, ordered_trie, rlp_codec
+from indexer.chaindata import encodings, json_encodings, ordered_trie, rlp_codec, roots
 from indexer.chaindata.roots import RootMismatch, check_block
 from indexer.testing import fixtures
 
 NAMES = fixtures.names()
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: with the C check in front (what a worker runs) and with the Python check
+    alone (an install without a compiler); tests/unit/test_native_roots.py checks the C one was
+    built."""
+    if request.param == "python":
+        monkeypatch.setattr(roots, "_native_roots", None)
+    elif roots._native_roots is None:
+        pytest.fail("indexer/chaindata/_native_roots.c is not built: run scripts/setup-venv (it needs a C compiler)")
+    return request.param
 # Blocks proven whole; every mainnet block must be. Any other recorded block must be proven or
 # given a reason, never raise.
 PROVEN_OTHERS = {"arbitrum-sepolia-185232421", "execution-apis-20", "execution-apis-45",
@@ -595,18 +607,23 @@ def test_rlp_primitives_equal_the_rlp_package() -> None:
         assert rlp_codec.rlp_list(encoded) == rlp.encode(items)
 
 
+# The trie tests take both tries, Python's and C's, in one run.
+@pytest.mark.parametrize("backend", ["native"], indirect=True)
 @pytest.mark.parametrize("sizes", [(1, 3), (1, 40), (20, 200), (0, 2)])
-def test_the_trie_equals_a_naive_one(sizes: tuple[int, int]) -> None:
+def test_the_trie_equals_a_naive_one(sizes: tuple[int, int], backend: str) -> None:
     """Every count up to past 256 (keys of one, two and three bytes), with values short enough
     for nodes to be held inline and long enough to be hashed."""
     rng = random.Random(sum(sizes))
     counts = list(range(0, 140)) + [255, 256, 257, 300, 1100]
     for n in counts:
         values = [os.urandom(rng.randint(*sizes)) for _ in range(n)]
-        assert ordered_trie.ordered_trie_root(values) == ref_trie_root(values), (n, sizes)
+        expected = ref_trie_root(values)
+        assert ordered_trie.ordered_trie_root(values) == expected, (n, sizes)
+        assert roots._native_roots.ordered_trie_root(values) == expected, (n, sizes)
 
 
-def test_the_trie_equals_py_trie_where_installed() -> None:
+@pytest.mark.parametrize("backend", ["native"], indirect=True)
+def test_the_trie_equals_py_trie_where_installed(backend: str) -> None:
     trie = pytest.importorskip("trie")
     rng = random.Random(3)
     for n in (1, 2, 17, 128, 129, 300):
@@ -615,6 +632,7 @@ def test_the_trie_equals_py_trie_where_installed() -> None:
         for i, v in enumerate(values):
             t[rlp.encode(i)] = v
         assert ordered_trie.ordered_trie_root(values) == t.root_hash
+        assert roots._native_roots.ordered_trie_root(values) == t.root_hash
 
 
 def test_deposit_and_arbitrum_encodings() -> None:

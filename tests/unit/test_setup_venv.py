@@ -57,13 +57,16 @@ def test_the_suite_runs_on_the_versions_constraints_txt_names_and_on_no_other():
 def checkout(tmp_path: Path) -> Path:
     """A copy of the files setup-venv reads, with a venv whose python only records its arguments."""
     (tmp_path / "scripts").mkdir()
-    shutil.copy2(REPO / "scripts" / "setup-venv", tmp_path / "scripts")
-    for name in ("pyproject.toml", "constraints.txt"):
-        shutil.copy2(REPO / name, tmp_path)
+    (tmp_path / "indexer" / "chaindata").mkdir(parents=True)
+    for name in ("scripts/setup-venv", "scripts/build_native.py", "pyproject.toml", "constraints.txt",
+                 "indexer/chaindata/_native_roots.c"):
+        shutil.copy2(REPO / name, tmp_path / name)
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     uv = python.parent / "uv"
+    # `python -c` is the check that the C root checks were built: it fails where `no-native` exists.
     python.write_text('#!/bin/sh\necho "python $*" >>"$(dirname "$0")/../calls"\n'
+                      '[ "$1" = -c ] && [ -e "$(dirname "$0")/../no-native" ] && exit 1\n'
                       f'cp "$(dirname "$0")/uv.stand-in" "{uv}" && chmod +x "{uv}"\n')
     (python.parent / "uv.stand-in").write_text('#!/bin/sh\necho "uv $*" >>"$(dirname "$0")/../calls"\n'
                                              'touch "$(dirname "$0")/indexer" && chmod +x "$(dirname "$0")/indexer"\n')
@@ -77,7 +80,9 @@ def installs(checkout: Path, *, uv_too: bool) -> list[str]:
     python = checkout / "venv" / "bin" / "python"
     (version,) = re.findall(r"^uv_version=(\S+)$", (REPO / "scripts" / "setup-venv").read_text(), re.M)
     uv = [f"python -m pip install --disable-pip-version-check uv=={version}"] if uv_too else []
-    return uv + [f"uv pip install --python {python} -c {checkout}/constraints.txt -e {checkout}[test]"]
+    return uv + [f"uv pip install --python {python} -c {checkout}/constraints.txt"
+                 f" --reinstall-package skiplock-indexer -e {checkout}[test]",
+                 "python -c from indexer.chaindata import roots; assert roots.NATIVE"]
 
 
 def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
@@ -116,5 +121,18 @@ def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_bef
         f.write("# touched\n")
     ran, said = setup_venv(checkout)
     assert ran == installs(checkout, uv_too=False)
-    assert said.startswith("setup-venv: pyproject.toml or constraints.txt changed")
+    assert said.startswith("setup-venv: pyproject.toml, constraints.txt or the C root checks changed")
+    assert setup_venv(checkout, "test") == ([], "")
+
+
+def test_a_changed_c_file_installs_again_and_a_failed_compile_is_said(checkout: Path):
+    """The C root checks are compiled by the install: a change to them must reach the venv, and
+    an install that could not compile them says so (the checks then run in Python only)."""
+    setup_venv(checkout, "test")
+    with (checkout / "indexer" / "chaindata" / "_native_roots.c").open("a") as f:
+        f.write("/* touched */\n")
+    (checkout / "venv" / "no-native").touch()
+    ran, said = setup_venv(checkout)
+    assert ran == installs(checkout, uv_too=False)
+    assert "setup-venv: warning: indexer/chaindata/_native_roots.c was not compiled" in said
     assert setup_venv(checkout, "test") == ([], "")
