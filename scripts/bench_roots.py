@@ -16,9 +16,10 @@ PostgreSQL's do not count), each the median of `--repeat` rounds:
   against `trie.HexaryTrie` (pip install trie: not a dependency of the project; skipped without
   it), each inserting rlp(i) -> encoding in a fresh in-memory trie, plain and in one
   `squash_changes()` batch (the faster is shown);
-- check_block: ms per block, with the keccak backend rlp_codec.py picks (eth-hash's pysha3 backend
-  when safe-pysha3 is installed) and with eth-hash's default pycryptodome backend (in a child
-  process where `import sha3` fails);
+- check_block: ms per block, as a worker runs it (the C check in front, `_native_roots.c`, the
+  receipts' own blooms in their encodings), with the blooms recomputed from the logs (as
+  `indexer verify --roots` does), and with the Python check alone (an install that had no C
+  compiler), with the keccak backend rlp_codec.py picks;
 - the rest of a worker's CPU per block, in one process and in order as a worker does it
   (the same steps as bench_backfill.py's breakdown, there in wall time): the JSON-RPC calls
   (`chain.fetch_json`: the HTTP client and the JSON parsing, against the anvil node), decoding
@@ -34,18 +35,12 @@ PostgreSQL's do not count), each the median of `--repeat` rounds:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any, Callable
-
-if "--keccak-pycryptodome" in sys.argv:
-    sys.modules["sha3"] = None  # type: ignore[assignment]  # eth-hash's pysha3 backend unavailable
 
 import orjson
 import psycopg
@@ -137,18 +132,19 @@ def trie_ms(blocks: list[tuple[dict, list]], repeat: int) -> dict[str, float | s
 # --- check_block ----------------------------------------------------------------------------------
 
 
-def check_ms(blocks: list[tuple[dict, list]], repeat: int, recompute_blooms: bool = True) -> float:
-    for b, r in blocks:
-        assert roots.check_block(b, r, recompute_blooms=recompute_blooms) is None, "a block was not proven"
-    return cpu_ms(lambda: [roots.check_block(b, r, recompute_blooms=recompute_blooms) for b, r in blocks], repeat,
-                  len(blocks))
-
-
-def check_ms_pycryptodome(args: argparse.Namespace, dense_path: Path) -> dict[str, float]:
-    """check_block's figures measured again in a child process that has no safe-pysha3."""
-    out = subprocess.run([sys.executable, __file__, "--keccak-pycryptodome", "--dense-json", str(dense_path),
-                          "--repeat", str(args.repeat)], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+def check_ms(blocks: list[tuple[dict, list]], repeat: int, *, recompute_blooms: bool, native: bool) -> float:
+    saved = roots._native_roots
+    if not native:
+        roots._native_roots = None
+    elif saved is None:
+        raise SystemExit("bench_roots: indexer/chaindata/_native_roots.c is not built: run scripts/setup-venv")
+    try:
+        for b, r in blocks:
+            assert roots.check_block(b, r, recompute_blooms=recompute_blooms) is None, "a block was not proven"
+        return cpu_ms(lambda: [roots.check_block(b, r, recompute_blooms=recompute_blooms) for b, r in blocks],
+                      repeat, len(blocks))
+    finally:
+        roots._native_roots = saved
 
 
 # --- the rest of a worker's CPU -------------------------------------------------------------------
@@ -229,15 +225,6 @@ def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float
 # --- main -----------------------------------------------------------------------------------------
 
 
-def child_main(args: argparse.Namespace) -> None:
-    """--keccak-pycryptodome: check_block's figures only, as JSON on stdout."""
-    assert "pycryptodome" in rlp_codec.KECCAK_BACKEND, rlp_codec.KECCAK_BACKEND
-    recorded = fixtures.load(RECORDED)
-    dense = orjson.loads(Path(args.dense_json).read_bytes())
-    print(json.dumps({"recorded": check_ms([(recorded["block"], recorded["receipts"])], args.repeat),
-                      "dense": check_ms([(b, r) for b, r in dense], args.repeat)}))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--blocks", type=int, default=40, help="dense blocks to mine")
@@ -245,12 +232,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="rounds per figure (the median is shown)")
     ap.add_argument("--database-url", help="a PostgreSQL to create a scratch database in (default: start one)")
     ap.add_argument("--no-write", action="store_true", help="leave writing out of the worker's CPU")
-    ap.add_argument("--keccak-pycryptodome", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--dense-json", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.keccak_pycryptodome:
-        child_main(args)
-        return
 
     with nullcontext(None) if args.no_write else postgres_at(args.database_url) as database_url:
         with Anvil("--no-mining") as node:
@@ -266,12 +248,6 @@ def main() -> None:
         recorded = fixtures.load(RECORDED)
         other["recorded"] = recorded_worker_ms(database_url, args.repeat)
     cases = {"recorded": [(recorded["block"], recorded["receipts"])], "dense": dense}
-    dense_path = Path(f"/tmp/bench_roots_{os.getpid()}.json")
-    dense_path.write_bytes(orjson.dumps(dense))
-    try:
-        slow = check_ms_pycryptodome(args, dense_path)
-    finally:
-        dense_path.unlink()
 
     print(f"Ordered-trie roots per block (all of the block's tries, from their encodings; CPU ms, median of "
           f"{args.repeat}):\n")
@@ -289,22 +265,22 @@ def main() -> None:
     print("check_block against the rest of a worker's CPU per block (CPU ms, median of "
           f"{args.repeat}; the rest: JSON-RPC client, decoding, writing; in brackets check_block as a share of "
           "the rest):\n")
-    print("| block | JSON-RPC | decoding | writing | rest in all | check_block, pysha3 | the same, sent blooms "
-          "| check_block, pycryptodome |")
+    print("| block | JSON-RPC | decoding | writing | rest in all | check_block (a worker: C, sent blooms) "
+          "| C, blooms recomputed (verify --roots) | Python alone, sent blooms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    fast_backend = "pysha3" in rlp_codec.KECCAK_BACKEND
     for kind, blocks_ in cases.items():
         o = other[kind]
         rest = o["rpc"] + o["decode"] + o["write"]
 
-        def share(ms: float | None) -> str:
-            return "(no safe-pysha3)" if ms is None else f"{ms:.3f} ({100 * ms / rest:.0f}%)"
+        def share(ms: float) -> str:
+            return f"{ms:.3f} ({100 * ms / rest:.0f}%)"
 
-        fast = check_ms(blocks_, args.repeat) if fast_backend else None
-        sent = check_ms(blocks_, args.repeat, recompute_blooms=False) if fast_backend else None
+        worker = check_ms(blocks_, args.repeat, recompute_blooms=False, native=True)
+        recomputed = check_ms(blocks_, args.repeat, recompute_blooms=True, native=True)
+        python = check_ms(blocks_, args.repeat, recompute_blooms=False, native=False)
         write = f"{o['write']:.3f}" if database_url else "not measured"
-        print(f"| {kind} | {o['rpc']:.3f} | {o['decode']:.3f} | {write} | {rest:.3f} | {share(fast)} | {share(sent)} "
-              f"| {share(slow[kind])} |")
+        print(f"| {kind} | {o['rpc']:.3f} | {o['decode']:.3f} | {write} | {rest:.3f} | {share(worker)} "
+              f"| {share(recomputed)} | {share(python)} |")
 
 
 if __name__ == "__main__":
