@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from indexer.chaindata import chain, roots
+from indexer.jobs import planner
 from indexer.node.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.replay import ReplayNode
@@ -60,3 +61,27 @@ def test_one_changed_byte_is_refused_before_writing(root, tamper):
         with pytest.raises(roots.RootMismatch) as caught:
             chain.fetch(client, N, N, verify_roots=True)
     assert str(caught.value) == f"{root} root mismatch at block {N} from {client.endpoints[0].label}"
+
+
+@pytest.mark.parametrize("verify_roots", [None, "false"])
+def test_a_pool_proves_by_default_and_writes_nothing_of_a_tampered_block(db_url, conn, work, verify_roots):
+    """Root checks are on unless turned off: a worker with default settings refuses a block one of
+    whose logs the node left out, fails the job naming the root and writes nothing; with
+    INDEXER_VERIFY_ROOTS=false the node's word is taken and the block written as sent."""
+    env = {"INDEXER_MAX_ATTEMPTS": "1"}
+    if verify_roots is not None:
+        env["INDEXER_VERIFY_ROOTS"] = verify_roots
+    with ReplayNode(["mainnet-18000000"]) as node:
+        next(x for x in node.receipts[N] if x["logs"])["logs"].pop()
+        planner.plan(conn, N, N + 1, 1)
+        w = work(db_url, node.url, "--workers", "1", "--drain", **env)
+        code = w.wait()
+    logs = conn.execute("SELECT count(*) FROM logs").fetchone()[0]
+    if verify_roots is None:
+        assert code == 1, w.output()
+        status, error = conn.execute("SELECT status, last_error FROM jobs").fetchone()
+        assert status == "failed" and error.startswith(f"receipts root mismatch at block {N} from "), error
+        assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (0,) and logs == 0
+    else:
+        assert code == 0, w.output()
+        assert logs == 290  # the recorded block's 291, less the one left out

@@ -129,6 +129,8 @@ static void absorb_block(Keccak *k, const uint8_t *block)
 
 static void keccak_update(Keccak *k, const uint8_t *data, size_t n)
 {
+    if (n == 0)
+        return;
     if (k->npending) {
         size_t take = RATE - k->npending < n ? RATE - k->npending : n;
         memcpy(k->pending + k->npending, data, take);
@@ -176,6 +178,10 @@ static int reserve(Buffer *b, size_t more)
 {
     if (b->len + more <= b->cap)
         return 0;
+    if (more > PY_SSIZE_T_MAX / 2 - b->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + more)
         cap *= 2;
@@ -191,6 +197,8 @@ static int reserve(Buffer *b, size_t more)
 
 static int put(Buffer *b, const uint8_t *data, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (reserve(b, n) < 0)
         return -1;
     memcpy(b->data + b->len, data, n);
@@ -315,7 +323,7 @@ static int put_quantity_str(Buffer *b, const char *s, Py_ssize_t n)
     uint8_t first = (uint8_t)(digits & 1 ? NIBBLE[(uint8_t)*d] : NIBBLE[(uint8_t)d[0]] << 4 | NIBBLE[(uint8_t)d[1]]);
     if (size == 1 && first < 0x80)
         return put_byte(b, first) < 0 ? ERROR : OK;
-    put_prefix(b, size, 0x80);
+    (void)put_prefix(b, size, 0x80);  /* room reserved above */
     b->data[b->len++] = first;
     d += digits & 1 ? 1 : 2;
     unhex(b->data + b->len, d, 2 * (size - 1));
@@ -341,7 +349,7 @@ static int put_data_str(Buffer *b, const char *s, Py_ssize_t n)
         }
     }
     size_t start = b->len;
-    put_prefix(b, size, 0x80);
+    (void)put_prefix(b, size, 0x80);  /* room reserved above */
     if (!unhex(b->data + b->len, s + 2, 2 * size)) {
         b->len = start;
         return DECLINE;
@@ -406,19 +414,20 @@ static PyObject *K_type, *K_nonce, *K_gas, *K_gasPrice, *K_maxFeePerGas, *K_maxP
     *K_accessList, *K_address, *K_storageKeys, *K_blobVersionedHashes, *K_authorizationList, *K_sourceHash,
     *K_from, *K_mint, *K_isSystemTx, *K_root, *K_status, *K_cumulativeGasUsed, *K_logs, *K_logsBloom,
     *K_topics, *K_depositNonce, *K_depositReceiptVersion, *K_index, *K_validatorIndex, *K_amount,
-    *K_transactions, *K_transactionsRoot, *K_receiptsRoot, *K_withdrawalsRoot, *K_withdrawals;
+    *K_number, *K_transactions, *K_transactionsRoot, *K_receiptsRoot, *K_withdrawalsRoot, *K_withdrawals;
 
 #define TRY(call) do { int r_ = (call); if (r_ != OK) return r_; } while (0)
 
-/* The value of a "type" or other small quantity, up to 0xffff; DECLINE otherwise. */
-static int small_quantity(PyObject *dict, PyObject *key, long *out, int *missing)
+/* The value of a "type" or other small quantity of at most `digits` hex digits (at most 15);
+ * DECLINE otherwise. */
+static int small_quantity(PyObject *dict, PyObject *key, long *out, int *missing, Py_ssize_t digits)
 {
     const char *s;
     Py_ssize_t n;
     int r = get_str(dict, key, &s, &n, missing);
     if (r != OK)
         return r;
-    if (!has_hex_prefix(s, n) || n == 2 || n > 6)
+    if (!has_hex_prefix(s, n) || n == 2 || n > 2 + digits)
         return DECLINE;
     long value = 0;
     for (Py_ssize_t i = 2; i < n; i++) {
@@ -444,9 +453,40 @@ static int put_y_parity(Buffer *b, PyObject *dict)
     if (!missing)
         return r;
     long v;
-    TRY(small_quantity(dict, K_v, &v, NULL));
+    TRY(small_quantity(dict, K_v, &v, NULL, 4));
     v = v < 2 ? v : 1 - (v & 1);
     return put_byte(b, v ? 0x01 : 0x80) < 0 ? ERROR : OK;
+}
+
+typedef int (*PutItem)(Buffer *b, PyObject *item, void *context);
+
+/* put_item(item) for each item of `list`, the list and each item held while it is read: a dict
+ * lookup can run Python code (a key's __eq__, from a caller's own objects) that changes or frees
+ * what is only borrowed. */
+static int put_each(Buffer *b, PyObject *list, PutItem put_item, void *context)
+{
+    int r = OK;
+    Py_INCREF(list);
+    for (Py_ssize_t i = 0; r == OK && i < PyList_GET_SIZE(list); i++) {
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(list, i));
+        r = put_item(b, item, context);
+        Py_DECREF(item);
+    }
+    Py_DECREF(list);
+    return r;
+}
+
+static int put_access_entry(Buffer *b, PyObject *entry, void *context)
+{
+    if (!PyDict_Check(entry))
+        return DECLINE;
+    size_t start = b->len;
+    TRY(put_data(b, entry, K_address));
+    PyObject *keys = PyDict_GetItemWithError(entry, K_storageKeys);
+    if (keys == NULL)
+        return PyErr_Occurred() ? ERROR : DECLINE;
+    TRY(put_data_list(b, keys));  /* no Python code runs while it reads the keys */
+    return end_list(b, start) < 0 ? ERROR : OK;
 }
 
 static int put_access_list(Buffer *b, PyObject *tx)
@@ -459,23 +499,25 @@ static int put_access_list(Buffer *b, PyObject *tx)
     if (!PyList_Check(list))
         return DECLINE;
     size_t start = b->len;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-        PyObject *entry = PyList_GET_ITEM(list, i);
-        if (!PyDict_Check(entry))
-            return DECLINE;
-        size_t entry_start = b->len;
-        TRY(put_data(b, entry, K_address));
-        PyObject *keys = PyDict_GetItemWithError(entry, K_storageKeys);
-        if (keys == NULL)
-            return PyErr_Occurred() ? ERROR : DECLINE;
-        TRY(put_data_list(b, keys));
-        if (end_list(b, entry_start) < 0)
-            return ERROR;
-    }
+    TRY(put_each(b, list, put_access_entry, NULL));
     return end_list(b, start) < 0 ? ERROR : OK;
 }
 
-/* The fields every signed typed transaction starts with: chainId, nonce, then the fee fields. */
+/* One entry of an EIP-7702 authorization list: [chainId, address, nonce, yParity, r, s]. */
+static int put_authorization(Buffer *b, PyObject *a, void *context)
+{
+    if (!PyDict_Check(a))
+        return DECLINE;
+    size_t start = b->len;
+    TRY(put_quantity(b, a, K_chainId));
+    TRY(put_data(b, a, K_address));
+    TRY(put_quantity(b, a, K_nonce));
+    TRY(put_y_parity(b, a));
+    TRY(put_quantity(b, a, K_r));
+    TRY(put_quantity(b, a, K_s));
+    return end_list(b, start) < 0 ? ERROR : OK;
+}
+
 static int put_authorizations(Buffer *b, PyObject *tx)
 {
     PyObject *list = PyDict_GetItemWithError(tx, K_authorizationList);
@@ -484,20 +526,7 @@ static int put_authorizations(Buffer *b, PyObject *tx)
     if (!PyList_Check(list))
         return DECLINE;
     size_t start = b->len;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-        PyObject *a = PyList_GET_ITEM(list, i);
-        if (!PyDict_Check(a))
-            return DECLINE;
-        size_t entry_start = b->len;
-        TRY(put_quantity(b, a, K_chainId));
-        TRY(put_data(b, a, K_address));
-        TRY(put_quantity(b, a, K_nonce));
-        TRY(put_y_parity(b, a));
-        TRY(put_quantity(b, a, K_r));
-        TRY(put_quantity(b, a, K_s));
-        if (end_list(b, entry_start) < 0)
-            return ERROR;
-    }
+    TRY(put_each(b, list, put_authorization, NULL));
     return end_list(b, start) < 0 ? ERROR : OK;
 }
 
@@ -534,7 +563,7 @@ static int put_transaction(Buffer *b, PyObject *tx, long *kind)
     if (!PyDict_Check(tx))
         return DECLINE;
     int missing;
-    int r = small_quantity(tx, K_type, kind, &missing);
+    int r = small_quantity(tx, K_type, kind, &missing, 4);
     if (r == DECLINE && missing) {
         r = implied_type(tx, kind);
     }
@@ -629,8 +658,6 @@ static int put_transaction(Buffer *b, PyObject *tx, long *kind)
 
 static const char ZERO_HASH_HEX[] = "0x0000000000000000000000000000000000000000000000000000000000000000";
 
-/* A receipt as the receipts trie holds it; `tx_type` stands in for a type the node does not
- * send. */
 /* The three bits of the 2048-bit logs bloom that an address or topic sets. */
 static void add_to_bloom(uint8_t bloom[256], const uint8_t *item, size_t n)
 {
@@ -642,13 +669,54 @@ static void add_to_bloom(uint8_t bloom[256], const uint8_t *item, size_t n)
     }
 }
 
+typedef struct {
+    int compute;  /* whether the bloom is made from the logs */
+    uint8_t made[256];
+} Bloom;
+
+/* A log: [address, [topic, ...], data], its address and topics added to the bloom made. */
+static int put_log(Buffer *b, PyObject *entry, void *context)
+{
+    Bloom *bloom = context;
+    if (!PyDict_Check(entry))
+        return DECLINE;
+    size_t start = b->len;
+    const char *address;
+    Py_ssize_t address_n;
+    TRY(get_str(entry, K_address, &address, &address_n, NULL));
+    TRY(put_data_str(b, address, address_n));
+    if (bloom->compute)
+        add_to_bloom(bloom->made, b->data + b->len - (address_n - 2) / 2, (size_t)(address_n - 2) / 2);
+    PyObject *topics = PyDict_GetItemWithError(entry, K_topics);
+    if (topics == NULL)
+        return PyErr_Occurred() ? ERROR : DECLINE;
+    if (!PyList_Check(topics))
+        return DECLINE;
+    size_t topics_start = b->len;
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(topics); t++) {  /* no Python code runs in this loop */
+        PyObject *topic = PyList_GET_ITEM(topics, t);
+        if (!PyUnicode_Check(topic) || !PyUnicode_IS_ASCII(topic))
+            return DECLINE;
+        Py_ssize_t topic_n = PyUnicode_GET_LENGTH(topic);
+        TRY(put_data_str(b, (const char *)PyUnicode_DATA(topic), topic_n));
+        if (bloom->compute)
+            add_to_bloom(bloom->made, b->data + b->len - (topic_n - 2) / 2, (size_t)(topic_n - 2) / 2);
+    }
+    if (end_list(b, topics_start) < 0)
+        return ERROR;
+    TRY(put_data(b, entry, K_data));
+    return end_list(b, start) < 0 ? ERROR : OK;
+}
+
+/* A receipt as the receipts trie holds it; `tx_type` stands in for a type the node does not
+ * send; with `recompute` the bloom is made from the logs (and one sent must equal it). */
 static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute)
 {
     if (!PyDict_Check(receipt))
         return DECLINE;
     long kind;
     int missing;
-    int r = small_quantity(receipt, K_type, &kind, &missing);
+    int r = small_quantity(receipt, K_type, &kind, &missing, 4);
     if (r == DECLINE && missing)
         kind = tx_type;
     else if (r != OK)
@@ -661,16 +729,14 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
     /* The outcome: the state root before Byzantium, the status since (roots.outcome_json). */
     const char *outcome, *s;
     Py_ssize_t n, status_n;
-    r = get_str(receipt, K_root, &s, &n, NULL);
-    if (r == ERROR)
-        return ERROR;
+    int root_missing;
+    r = get_str(receipt, K_root, &s, &n, &root_missing);
+    if (r == ERROR || (r == DECLINE && !root_missing))
+        return r;  /* a root that is not a string: the Python check words it */
     if (r == OK && n == 66 && memcmp(s, ZERO_HASH_HEX, 66) != 0) {
         outcome = s;
     } else {
         int status_missing;
-        PyObject *root = PyDict_GetItemWithError(receipt, K_root);
-        if (root != NULL && root != Py_None && r != OK)
-            return DECLINE;
         r = get_str(receipt, K_status, &s, &status_n, &status_missing);
         if (r != OK)
             return r;
@@ -682,92 +748,55 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
     else
         TRY(put_quantity_str(b, outcome, n));
     TRY(put_quantity(b, receipt, K_cumulativeGasUsed));
+    /* The bloom the node sent, read now: the next lookup could free its string. */
+    const char *sent_hex;
+    Py_ssize_t sent_n;
+    int not_sent;
+    uint8_t sent[256];
+    static const uint8_t zero_bloom[256];
+    r = get_str(receipt, K_logsBloom, &sent_hex, &sent_n, &not_sent);
+    if (r == ERROR || (r == DECLINE && !not_sent))
+        return r;  /* a bloom that is not a string: the Python check words it */
+    int have_bloom = r == OK;
+    if (have_bloom && (sent_n != 514 || !has_hex_prefix(sent_hex, sent_n) || !unhex(sent, sent_hex + 2, 512)))
+        return DECLINE;
     PyObject *logs = PyDict_GetItemWithError(receipt, K_logs);
     if (logs == NULL)
         return PyErr_Occurred() ? ERROR : DECLINE;
     if (!PyList_Check(logs))
         return DECLINE;
-    const char *bloom;
-    Py_ssize_t bloom_n;
-    int bloom_missing;
-    r = get_str(receipt, K_logsBloom, &bloom, &bloom_n, &bloom_missing);
-    if (r == ERROR)
-        return ERROR;
     if (PyList_GET_SIZE(logs) == 0) {
         /* No log: the zero bloom, and the node must have sent that one (or none). */
-        if (r == OK) {
-            if (bloom_n != 514 || !has_hex_prefix(bloom, bloom_n))
-                return DECLINE;
-            for (Py_ssize_t i = 2; i < bloom_n; i++)
-                if (bloom[i] != '0')
-                    return DECLINE;
-        } else if (!bloom_missing) {
+        if (have_bloom && memcmp(sent, zero_bloom, 256) != 0)
             return DECLINE;
-        }
         TRY(reserve(b, 260) < 0 ? ERROR : OK);
         b->data[b->len++] = 0xb9;
         b->data[b->len++] = 0x01;
         b->data[b->len++] = 0x00;
         memset(b->data + b->len, 0, 256);
         b->len += 256;
-        TRY(put_byte(b, 0xc0) < 0 ? ERROR : OK);
+        b->data[b->len++] = 0xc0;
     } else {
         /* The bloom: the node's own, which the root commits to, or with `recompute` (and where
          * the node sent none) the one its logs make, which a bloom it sent must equal. */
-        uint8_t sent[256];
-        if (r == DECLINE && !bloom_missing)
-            return DECLINE;  /* sent, but not a string of ASCII */
-        if (r == OK && (bloom_n != 514 || !has_hex_prefix(bloom, bloom_n) || !unhex(sent, bloom + 2, 512)))
-            return DECLINE;
-        int compute = recompute || r != OK;
-        uint8_t made[256];
-        memset(made, 0, sizeof made);
+        Bloom bloom;
+        bloom.compute = recompute || !have_bloom;
+        memset(bloom.made, 0, 256);
         TRY(reserve(b, 259) < 0 ? ERROR : OK);
         size_t bloom_at = b->len + 3;
         b->data[b->len++] = 0xb9;
         b->data[b->len++] = 0x01;
         b->data[b->len++] = 0x00;
-        memcpy(b->data + b->len, sent, 256);  /* overwritten below when computed */
+        memcpy(b->data + b->len, have_bloom ? sent : zero_bloom, 256);
         b->len += 256;
         size_t logs_start = b->len;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(logs); i++) {
-            PyObject *entry = PyList_GET_ITEM(logs, i);
-            if (!PyDict_Check(entry))
-                return DECLINE;
-            size_t entry_start = b->len;
-            const char *address;
-            Py_ssize_t address_n;
-            TRY(get_str(entry, K_address, &address, &address_n, NULL));
-            TRY(put_data_str(b, address, address_n));
-            if (compute)
-                add_to_bloom(made, b->data + b->len - (address_n - 2) / 2, (address_n - 2) / 2);
-            PyObject *topics = PyDict_GetItemWithError(entry, K_topics);
-            if (topics == NULL)
-                return PyErr_Occurred() ? ERROR : DECLINE;
-            if (!PyList_Check(topics))
-                return DECLINE;
-            size_t topics_start = b->len;
-            for (Py_ssize_t t = 0; t < PyList_GET_SIZE(topics); t++) {
-                PyObject *topic = PyList_GET_ITEM(topics, t);
-                if (!PyUnicode_Check(topic) || !PyUnicode_IS_ASCII(topic))
-                    return DECLINE;
-                Py_ssize_t topic_n = PyUnicode_GET_LENGTH(topic);
-                TRY(put_data_str(b, (const char *)PyUnicode_DATA(topic), topic_n));
-                if (compute)
-                    add_to_bloom(made, b->data + b->len - (topic_n - 2) / 2, (topic_n - 2) / 2);
-            }
-            if (end_list(b, topics_start) < 0)
-                return ERROR;
-            TRY(put_data(b, entry, K_data));
-            if (end_list(b, entry_start) < 0)
-                return ERROR;
-        }
+        TRY(put_each(b, logs, put_log, &bloom));
         if (end_list(b, logs_start) < 0)
             return ERROR;
-        if (compute) {
-            if (r == OK && memcmp(made, sent, 256) != 0)
+        if (bloom.compute) {
+            if (have_bloom && memcmp(bloom.made, sent, 256) != 0)
                 return DECLINE;  /* a bloom unlike its logs: the Python check words the mismatch */
-            memcpy(b->data + bloom_at, made, 256);
+            memcpy(b->data + bloom_at, bloom.made, 256);
         }
     }
     if (kind == 0x7e) {  /* as encodings.encode_receipt: the nonce only with a version (Canyon) */
@@ -861,7 +890,8 @@ static int node(Ref *ref, const Item *items, size_t count, size_t depth)
             memcpy(p, list_prefix, list_prefix_len), p += list_prefix_len;
             memcpy(p, path, path_len), p += path_len;
             memcpy(p, value_prefix, value_prefix_len), p += value_prefix_len;
-            memcpy(p, items->value, items->value_len);
+            if (items->value_len)
+                memcpy(p, items->value, items->value_len);
             ref->len = (uint8_t)(list_prefix_len + payload);
             return 0;
         }
@@ -1026,52 +1056,103 @@ static int compare_root(Encodings *e, const uint8_t expected[32])
     return memcmp(root, expected, 32) == 0 ? OK : DECLINE;
 }
 
-static int check(PyObject *block, PyObject *receipts, int recompute, Encodings *e)
+/* Each encoding of `list`'s items, as `put_item` makes them, one after another in `e`; the list
+ * and each item held while read (see put_each). `types`, where given, gets each transaction's
+ * type for the receipts that send none. */
+static int put_encodings(Encodings *e, PyObject *list, PutItem put_item, void *context)
 {
+    int r = OK;
+    Py_INCREF(list);
+    for (Py_ssize_t i = 0; r == OK && i < PyList_GET_SIZE(list); i++) {
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(list, i));
+        r = put_item(&e->buffer, item, context);
+        Py_DECREF(item);
+        if (r == OK && end_encoding(e) < 0)
+            r = ERROR;
+    }
+    Py_DECREF(list);
+    return r;
+}
+
+typedef struct {
+    uint8_t *types;  /* the type of each transaction read, 0 for one above 0x7f */
+    Py_ssize_t read, room;
+    int deposits;
+} Types;
+
+static int put_typed_transaction(Buffer *b, PyObject *tx, void *context)
+{
+    Types *types = context;
+    long kind = 0;
+    int r = put_transaction(b, tx, &kind);
+    if (r != OK)
+        return r;
+    if (types->read == types->room)
+        return DECLINE;  /* the list grew while it was read */
+    types->types[types->read++] = kind < 0x80 ? (uint8_t)kind : 0;
+    types->deposits |= kind == 0x7e;
+    return OK;
+}
+
+typedef struct {
+    Types *types;
+    Py_ssize_t index;
+    int recompute;
+} Receipts;
+
+static int put_receipt_of(Buffer *b, PyObject *receipt, void *context)
+{
+    Receipts *receipts = context;
+    Py_ssize_t i = receipts->index++;
+    return put_receipt(b, receipt, i < receipts->types->read ? receipts->types->types[i] : 0, receipts->recompute);
+}
+
+static int put_withdrawal_item(Buffer *b, PyObject *w, void *context)
+{
+    return put_withdrawal(b, w);
+}
+
+static int check_transactions(PyObject *block, PyObject *receipts, int recompute, Encodings *e, Types *types)
+{
+    static const uint8_t zero[32];
     uint8_t expected[32];
-    int missing;
-    if (!PyDict_Check(block) || !PyList_Check(receipts))
+    TRY(header_root(block, K_transactionsRoot, expected, NULL));
+    if (memcmp(expected, zero, 32) == 0)
         return DECLINE;
     PyObject *txs = PyDict_GetItemWithError(block, K_transactions);
     if (txs == NULL)
         return PyErr_Occurred() ? ERROR : DECLINE;
     if (!PyList_Check(txs))
         return DECLINE;
-    TRY(header_root(block, K_transactionsRoot, expected, NULL));
-    static const uint8_t zero[32];
-    if (memcmp(expected, zero, 32) == 0)
-        return DECLINE;
-    Py_ssize_t ntx = PyList_GET_SIZE(txs);
-    uint8_t *types = PyMem_Malloc(ntx ? (size_t)ntx : 1);
-    if (types == NULL) {
+    types->room = PyList_GET_SIZE(txs);
+    types->types = PyMem_Malloc(types->room ? (size_t)types->room : 1);
+    if (types->types == NULL) {
         PyErr_NoMemory();
         return ERROR;
     }
-    int r = OK;
-    int deposits = 0;
-    for (Py_ssize_t i = 0; i < ntx && r == OK; i++) {
-        long kind = 0;
-        r = put_transaction(&e->buffer, PyList_GET_ITEM(txs, i), &kind);
-        if (r == OK && end_encoding(e) < 0)
-            r = ERROR;
-        types[i] = kind < 0x80 ? (uint8_t)kind : 0;
-        deposits |= kind == 0x7e;
-    }
-    if (r == OK)
-        r = compare_root(e, expected);
-    if (r == OK)
-        r = header_root(block, K_receiptsRoot, expected, NULL);
-    if (r == OK && memcmp(expected, zero, 32) == 0)
-        r = DECLINE;
+    TRY(put_encodings(e, txs, put_typed_transaction, types));
+    TRY(compare_root(e, expected));
+    TRY(header_root(block, K_receiptsRoot, expected, NULL));
+    if (memcmp(expected, zero, 32) == 0)
+        return DECLINE;
     e->buffer.len = 0, e->count = 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(receipts) && r == OK; i++) {
-        r = put_receipt(&e->buffer, PyList_GET_ITEM(receipts, i), i < ntx ? types[i] : 0, recompute);
-        if (r == OK && end_encoding(e) < 0)
-            r = ERROR;
-    }
-    PyMem_Free(types);
-    if (r == OK)
-        r = compare_root(e, expected);
+    Receipts context = {types, 0, recompute};
+    TRY(put_encodings(e, receipts, put_receipt_of, &context));
+    return compare_root(e, expected);
+}
+
+static int check(PyObject *block, PyObject *receipts, int recompute, Encodings *e)
+{
+    uint8_t expected[32];
+    int missing;
+    long number;
+    if (!PyDict_Check(block) || !PyList_Check(receipts))
+        return DECLINE;
+    /* The Python check reads the number first: a block without a readable one is its to word. */
+    TRY(small_quantity(block, K_number, &number, NULL, 16));
+    Types types = {NULL, 0, 0, 0};
+    int r = check_transactions(block, receipts, recompute, e, &types);
+    PyMem_Free(types.types);
     if (r != OK)
         return r;
     r = header_root(block, K_withdrawalsRoot, expected, &missing);
@@ -1084,15 +1165,12 @@ static int check(PyObject *block, PyObject *receipts, int recompute, Encodings *
         return ERROR;
     if (withdrawals != NULL && withdrawals != Py_None && !PyList_Check(withdrawals))
         return DECLINE;
-    Py_ssize_t nw = withdrawals == NULL || withdrawals == Py_None ? 0 : PyList_GET_SIZE(withdrawals);
-    if (nw == 0 && deposits && memcmp(expected, EMPTY_ROOT, 32) != 0)
+    int none = withdrawals == NULL || withdrawals == Py_None || PyList_GET_SIZE(withdrawals) == 0;
+    if (none && types.deposits && memcmp(expected, EMPTY_ROOT, 32) != 0)
         return DECLINE;  /* the OP stack since Isthmus: the Python check words it */
     e->buffer.len = 0, e->count = 0;
-    for (Py_ssize_t i = 0; i < nw; i++) {
-        TRY(put_withdrawal(&e->buffer, PyList_GET_ITEM(withdrawals, i)));
-        if (end_encoding(e) < 0)
-            return ERROR;
-    }
+    if (!none)
+        TRY(put_encodings(e, withdrawals, put_withdrawal_item, NULL));
     return compare_root(e, expected);
 }
 
@@ -1133,6 +1211,10 @@ static PyObject *encode_receipt(PyObject *self, PyObject *args)
     int recompute = 1;
     if (!PyArg_ParseTuple(args, "O|lp:encode_receipt", &receipt, &tx_type, &recompute))
         return NULL;
+    if (tx_type < 0 || tx_type > 0xff) {
+        PyErr_SetString(PyExc_ValueError, "encode_receipt: tx_type is a byte (0 to 255)");
+        return NULL;
+    }
     Buffer b = {0};
     return encoding_or_none(put_receipt(&b, receipt, tx_type, recompute), &b);
 }
@@ -1204,7 +1286,7 @@ PyMODINIT_FUNC PyInit__native_roots(void)
     KEY(chainId); KEY(accessList); KEY(address); KEY(storageKeys); KEY(blobVersionedHashes);
     KEY(authorizationList); KEY(sourceHash); KEY(from); KEY(mint); KEY(isSystemTx); KEY(root); KEY(status);
     KEY(cumulativeGasUsed); KEY(logs); KEY(logsBloom); KEY(topics); KEY(depositNonce);
-    KEY(depositReceiptVersion); KEY(index); KEY(validatorIndex); KEY(amount); KEY(transactions);
+    KEY(depositReceiptVersion); KEY(index); KEY(validatorIndex); KEY(amount); KEY(number); KEY(transactions);
     KEY(transactionsRoot); KEY(receiptsRoot); KEY(withdrawalsRoot); KEY(withdrawals);
     return PyModule_Create(&MODULE);
 }

@@ -196,3 +196,49 @@ def test_an_answer_too_large_for_memory_is_not_a_crash() -> None:
     block, receipts = recorded["block"], recorded["receipts"]
     block["transactions"][0]["input"] = "0x" + os.urandom(8 * 1024 * 1024).hex()
     assert native.roots_match(block, receipts, False) is False
+
+
+def test_a_callers_object_that_changes_the_block_mid_check_is_not_a_crash() -> None:
+    """A dict lookup can run a key's own __eq__: a caller's object that empties the transactions,
+    or takes a receipt's logs away, while the C check reads them leaves it holding references of
+    its own, not freed memory (a crash before; JSON from a node never holds such keys)."""
+    recorded = fixtures.load("mainnet-18000000")
+    block, receipts = recorded["block"], recorded["receipts"]
+
+    class EmptiesTheTransactions:
+        def __hash__(self) -> int:
+            return hash("type")
+
+        def __eq__(self, other: object) -> bool:
+            block["transactions"].clear()
+            return False
+
+    del block["transactions"][0]["type"]
+    block["transactions"][0][EmptiesTheTransactions()] = 1
+    assert native.roots_match(block, receipts, True) is False
+
+    recorded = fixtures.load("mainnet-18000000")
+    block, receipts = recorded["block"], recorded["receipts"]
+    with_logs = next(r for r in receipts if r["logs"])
+
+    class TakesTheLogs:
+        def __hash__(self) -> int:
+            return hash("address")
+
+        def __eq__(self, other: object) -> bool:
+            with_logs["logs"] = None
+            return False
+
+    with_logs["logs"][0][TakesTheLogs()] = 1
+    assert native.roots_match(block, receipts, True) is False
+
+
+def test_a_block_without_a_readable_number_is_left_to_python() -> None:
+    for number in (KeyError, None, "0x", "0xzz", 18_000_000):
+        recorded = fixtures.load("mainnet-18000000")
+        block, receipts = recorded["block"], recorded["receipts"]
+        if number is KeyError:
+            del block["number"]
+        else:
+            block["number"] = number
+        assert native.roots_match(block, receipts, False) is False, number
