@@ -54,7 +54,10 @@ REPO = Path(__file__).resolve().parent.parent
 CRYO_VERSION = "0.3.2"
 ETHEREUM_ETL_VERSION = "2.4.2"
 # ethereum-etl's own pins leave these open; the versions it was measured with.
-ETHEREUM_ETL_PACKAGES = [f"ethereum-etl=={ETHEREUM_ETL_VERSION}", "web3==5.31.4", "eth-abi==2.2.0", "parsimonious==0.8.1"]
+# setuptools for pkg_resources, which web3 5 imports: a venv made by uv has none (one made by
+# `python -m venv` on 3.11 had it).
+ETHEREUM_ETL_PACKAGES = [f"ethereum-etl=={ETHEREUM_ETL_VERSION}", "web3==5.31.4", "eth-abi==2.2.0", "parsimonious==0.8.1",
+                         "setuptools<81"]
 PEER_COLUMNS = ("raw fetch-and-parse client", "lean script into PostgreSQL", "cryo (to parquet)",
                 "ethereum-etl (CSV)", "this indexer")
 WORKERS = 2
