@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import time
+import zipfile
 from urllib.parse import urlsplit
 
 import pytest
@@ -265,3 +266,31 @@ def test_docker_compose_publishes_grafana_and_prometheus_on_loopback_unless_told
     assert ports(compose_config(MONITORING_ADDRESS="0.0.0.0")) == {
         "prometheus": [("0.0.0.0", 9090, 9090)], "grafana": [("0.0.0.0", 3000, 3000)]}
     assert compose_config()["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+
+
+def test_the_images_build_stage_has_what_the_wheel_needs_and_compiles_the_root_checks(tmp_path):
+    """The Dockerfile's build stage copies only some files: built from exactly those (as its `pip
+    wheel` does, here with uv), the wheel holds the migrations and the compiled root checks, so
+    the build hook (scripts/build_native.py) and everything it reads were copied."""
+    stage = (REPO / "Dockerfile").read_text().split("\nFROM ")[1]
+    assert stage.startswith("python:3.11-slim AS build"), stage[:40]
+    assert "gcc" in stage, "the build stage installs no C compiler"
+    for line in stage.splitlines():
+        if line.startswith("COPY "):
+            *sources, _ = line.split()[1:]
+            for source in sources:
+                target = tmp_path / "src" / source
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if (REPO / source).is_dir():
+                    shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+                else:
+                    shutil.copy2(REPO / source, target)
+    uv = shutil.which("uv") or str(REPO / ".venv" / "bin" / "uv")
+    done = subprocess.run([uv, "build", "--wheel", "-o", str(tmp_path / "wheels"), str(tmp_path / "src")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("indexer/chaindata/_native_roots.") and n.endswith(".so") for n in names), names
+    assert "indexer/schema/001_jobs.sql" in names
+    assert "-py3-none-any" not in wheel.name  # a platform wheel: the extension is in it
