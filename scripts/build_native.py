@@ -1,7 +1,8 @@
 """hatchling's build hook for the package's one C extension, `indexer/chaindata/_native_roots.c`
-(the root checks in one pass; BENCHMARKS.md, "Root checks in C"): compiled by the interpreter's
-own compiler command (sysconfig's LDSHARED, as setuptools would), into the wheel, or for an
-editable install next to its source. Where no compiler works, the wheel is built without it
+(the root checks in one pass; BENCHMARKS.md, "Root checks in C"), with the parts it includes from
+`indexer/chaindata/native_roots/`: compiled as one unit by the interpreter's own compiler
+command (sysconfig's LDSHARED, as setuptools would), into the wheel, or for an editable install
+next to its source. Where no compiler works, the wheel is built without it
 and says so on stderr: `roots.check_block` then does all its work in Python, slower and with
 the same verdicts. INDEXER_NATIVE=0 builds without it on purpose (the tests of that fallback).
 """

@@ -61,6 +61,7 @@ def checkout(tmp_path: Path) -> Path:
     for name in ("scripts/setup-venv", "scripts/build_native.py", "pyproject.toml", "constraints.txt",
                  "indexer/chaindata/_native_roots.c"):
         shutil.copy2(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "indexer" / "chaindata" / "native_roots", tmp_path / "indexer" / "chaindata" / "native_roots")
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     uv = python.parent / "uv"
@@ -125,11 +126,11 @@ def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_bef
     assert setup_venv(checkout, "test") == ([], "")
 
 
-def test_a_changed_c_file_installs_again_and_a_failed_compile_is_said(checkout: Path):
+def test_a_changed_c_part_installs_again_and_a_failed_compile_is_said(checkout: Path):
     """The C root checks are compiled by the install: a change to them must reach the venv, and
     an install that could not compile them says so (the checks then run in Python only)."""
     setup_venv(checkout, "test")
-    with (checkout / "indexer" / "chaindata" / "_native_roots.c").open("a") as f:
+    with (checkout / "indexer" / "chaindata" / "native_roots" / "trie.h").open("a") as f:
         f.write("/* touched */\n")
     (checkout / "venv" / "no-native").touch()
     ran, said = setup_venv(checkout)
