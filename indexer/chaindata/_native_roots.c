@@ -73,8 +73,7 @@ static int compare_root(Encodings *e, const uint8_t expected[32])
 }
 
 /* Each encoding of `list`'s items, as `put_item` makes them, one after another in `e`; the list
- * and each item held while read (see put_each). `types`, where given, gets each transaction's
- * type for the receipts that send none. */
+ * and each item held while read (see put_each). */
 static int put_encodings(Encodings *e, PyObject *list, PutItem put_item, void *context)
 {
     int r = OK;

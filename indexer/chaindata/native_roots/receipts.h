@@ -79,22 +79,14 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
         TRY(put_byte(b, (uint8_t)kind) < 0 ? ERROR : OK);
     size_t start = b->len;
     /* The outcome: the state root before Byzantium, the status since (roots.outcome_json). */
-    const char *outcome, *s;
-    Py_ssize_t n, status_n;
+    const char *outcome;
+    Py_ssize_t n;
     int root_missing;
-    r = get_str(receipt, K_root, &s, &n, &root_missing);
+    r = get_str(receipt, K_root, &outcome, &n, &root_missing);
     if (r == ERROR || (r == DECLINE && !root_missing))
         return r;  /* a root that is not a string: the Python check words it */
-    if (r == OK && n == 66 && memcmp(s, ZERO_HASH_HEX, 66) != 0) {
-        outcome = s;
-    } else {
-        int status_missing;
-        r = get_str(receipt, K_status, &s, &status_n, &status_missing);
-        if (r != OK)
-            return r;
-        outcome = s;
-        n = status_n;
-    }
+    if (r != OK || n != 66 || memcmp(outcome, ZERO_HASH_HEX, 66) == 0)
+        TRY(get_str(receipt, K_status, &outcome, &n, NULL));
     if (n == 66)
         TRY(put_data_str(b, outcome, n));
     else
