@@ -521,11 +521,16 @@ def idle_run(admin_url: str, seconds: float, workers: int) -> Idle:
                 sessions = [r[0] for r in conn.execute(
                     "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s", (me,))]
 
-                def sessions_cpu() -> float | None:
-                    try:
-                        return sum(cpu_seconds(p) for p in sessions)
-                    except (FileNotFoundError, PermissionError, ProcessLookupError):
-                        return None
+                def sessions_cpu() -> dict[int, float]:
+                    """CPU seconds of each session still there: a short-lived one (a health check's)
+                    may end between the listing and the reading."""
+                    found = {}
+                    for pid in sessions:
+                        try:
+                            found[pid] = cpu_seconds(pid)
+                        except (FileNotFoundError, PermissionError, ProcessLookupError):
+                            pass
+                    return found
 
                 before, before_sessions, before_node = tree_cpu(pool.proc.pid), sessions_cpu(), cpu_seconds(node.proc.pid)
                 started = time.monotonic()
@@ -535,8 +540,11 @@ def idle_run(admin_url: str, seconds: float, workers: int) -> Idle:
                 if set(after) != set(before):
                     log(f"idle: the pool's processes changed while measured: {sorted(before)} then {sorted(after)}")
                 pool_cpu = sum(after[p] - before.get(p, 0.0) for p in after)
-                session_cpu = (after_sessions - before_sessions
-                               if before_sessions is not None and after_sessions is not None else None)
+                # Over the sessions read at both ends (None: none readable here, as without /proc).
+                both = before_sessions.keys() & after_sessions.keys()
+                session_cpu = sum(after_sessions[p] - before_sessions[p] for p in both) if both else None
+                if both != set(sessions):
+                    log(f"idle: sessions not read at both ends (ended, or not readable): {sorted(set(sessions) - both)}")
     finally:
         drop_database(admin_url, name)
     result = Idle(elapsed, pool_cpu, len(after), session_cpu, after_node - before_node)
