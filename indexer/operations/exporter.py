@@ -10,7 +10,9 @@ every worker through prometheus_client's multiprocess mode.
 from __future__ import annotations
 
 import errno
+import glob
 import logging
+import os
 import socket
 import threading
 import time
@@ -21,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import psycopg
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from ..base.block_range import RANGE_KINDS
@@ -231,6 +234,23 @@ def _with_probes(metrics: Callable, *, live: Check, ready: Check) -> Callable:
     return serve
 
 
+class WorkerFiles(MultiProcessCollector):
+    """The counts of every worker, read from their files as prometheus_client does, but for the
+    files still empty. A worker creates its file empty and only then sizes it: a scrape that
+    read it in between failed whole, the page a 500 (a test's scrape hit it), and a worker
+    killed in between would have left the page failing for good. An empty file holds no count."""
+
+    def collect(self) -> Iterable[Metric]:
+        return self.merge([f for f in glob.glob(os.path.join(self._path, "*.db")) if _holds_anything(f)])
+
+
+def _holds_anything(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:  # a dead worker's gauges, forgotten since the listing
+        return False
+
+
 class ChainLabelled:
     """Every sample of `registry` with the label `chain` first: a pool (or monitor) serves one
     chain, so every metric it exposes is that chain's, and one Prometheus tells the chains of a
@@ -255,9 +275,7 @@ def listen(port: int, *, host: str, chain: str, database: DatabaseCollector | No
     workers between the two."""
     registry = CollectorRegistry()
     if multiprocess:
-        from prometheus_client import multiprocess as mp
-
-        mp.MultiProcessCollector(registry)
+        WorkerFiles(registry)
     if database is not None:
         registry.register(database)
     exposed = CollectorRegistry()
