@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 
 import pytest
 
 from indexer.base import logs
-from indexer.base.errors import Secrets
+from indexer.base.errors import Secrets, redact
 
 KEY = "0123456789abcdef0123456789abcdef"
 RPC = f"https://projectid77:{KEY}@mainnet.example:8443/v3/{KEY}?apikey=qk%2Bsecret99&chain=1"
@@ -94,3 +95,17 @@ def test_log_lines_are_scrubbed_in_the_message_its_arguments_and_the_traceback(s
 
 def test_a_short_user_alone_is_no_secret():
     assert Secrets(["https://me@node.example/"]).scrub("me and the node") == "me and the node"
+
+
+def test_a_hostile_value_quoted_in_an_error_is_redacted_in_linear_time():
+    # A node's megabyte "hash" in a message: quadratic, this took hours of a worker's CPU (10 KB
+    # already 1.5 s); linear, well under a second. The thread is given a minute, not timed.
+    hostile = "block 7: receipt 0 does not belong to transaction 0x" + "ab" * 500_000
+    done: list[str] = []
+    scrubbing = threading.Thread(target=lambda: done.append(Secrets().scrub(hostile + " https://u:pw@host/")),
+                                 daemon=True)
+    scrubbing.start()
+    scrubbing.join(60)
+    assert done == [hostile + " https://u:***@host/"]
+    scheme = "a" * 40  # a scheme past the bound goes by its last 32 characters, the password with it
+    assert redact(f"{scheme}://me:pw@host") == f"{scheme}://me:***@host"
