@@ -1,7 +1,7 @@
 # The indexer: one image for every `indexer` command (migrate, plan, work, monitor, status...).
 FROM python:3.11-slim AS build
-# A C compiler for the root checks' extension (scripts/build_native.py); the image that runs
-# takes only the built wheel.
+# A C compiler for the extensions, the root checks and the rows (scripts/build_native.py); the
+# image that runs takes only the built wheel.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./

@@ -1,10 +1,14 @@
-"""hatchling's build hook for the package's one C extension, `indexer/chaindata/_native_roots.c`
-(the root checks in one pass; BENCHMARKS.md, "Root checks in C"), with the parts it includes from
-`indexer/chaindata/native_roots/`: compiled as one unit by the interpreter's own compiler
-command (sysconfig's LDSHARED, as setuptools would), into the wheel, or for an editable install
-next to its source. Where no compiler works, the wheel is built without it
-and says so on stderr: `roots.check_block` then does all its work in Python, slower and with
-the same verdicts. INDEXER_NATIVE=0 builds without it on purpose (the tests of that fallback).
+"""hatchling's build hook for the package's C extensions, each compiled as one unit with the parts it
+includes, by the interpreter's own compiler command (sysconfig's LDSHARED, as setuptools would),
+into the wheel, or for an editable install next to its source:
+- `indexer/chaindata/_native_roots.c`, the root checks in one pass (BENCHMARKS.md, "Root checks in
+  C"), its parts in `native_roots/`;
+- `indexer/chaindata/_native_rows.c`, rows.py's COPY lines (BENCHMARKS.md, "Rows encoded in C"),
+  its parts in `native_rows/`;
+both with `native_shared/`. An extension no compiler could build is left out of the wheel, which
+says so on stderr: the Python it stands in front of (`roots.check_block`, rows.py) then does all
+the work, slower and with the same results. INDEXER_NATIVE=0 builds without either on purpose
+(the tests of that fallback).
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = "indexer/chaindata/_native_roots.c"
+# Each extension's source, and what runs without it.
+SOURCES = {
+    "indexer/chaindata/_native_roots.c": "the root checks will run in Python only",
+    "indexer/chaindata/_native_rows.c": "the rows will be encoded in Python only",
+}
 
 
 def compile_extension(source: Path, target: Path) -> None:
@@ -32,26 +40,25 @@ def compile_extension(source: Path, target: Path) -> None:
     subprocess.run(command, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-class NativeRootsHook(BuildHookInterface):
+class NativeHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if os.environ.get("INDEXER_NATIVE") == "0":
             return
-        source = Path(self.root) / SOURCE
-        name = "_native_roots" + sysconfig.get_config_var("EXT_SUFFIX")
-        if version == "editable":
-            target = source.with_name(name)  # the editable install imports from the tree
-        else:
-            target = Path(tempfile.mkdtemp(prefix="skiplock-native-")) / name
-        try:
-            compile_extension(source, target)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            output = getattr(exc, "stdout", None) or str(exc)
-            print(f"build_native: {SOURCE} not compiled, the root checks will run in Python only:\n{output}",
-                  file=sys.stderr)
-            return
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
-        if version != "editable":
-            build_data["force_include"][str(target)] = f"indexer/chaindata/{name}"
+        # The editable install imports from the tree; a wheel takes the files from a scratch folder.
+        scratch = None if version == "editable" else Path(tempfile.mkdtemp(prefix="skiplock-native-"))
+        for relative, without in SOURCES.items():
+            source = Path(self.root) / relative
+            name = source.stem + sysconfig.get_config_var("EXT_SUFFIX")
+            target = source.with_name(name) if scratch is None else scratch / name
+            try:
+                compile_extension(source, target)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                output = getattr(exc, "stdout", None) or str(exc)
+                print(f"build_native: {relative} not compiled, {without}:\n{output}", file=sys.stderr)
+                continue
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+            if scratch is not None:
+                build_data["force_include"][str(target)] = f"indexer/chaindata/{name}"

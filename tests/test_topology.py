@@ -268,10 +268,11 @@ def test_docker_compose_publishes_grafana_and_prometheus_on_loopback_unless_told
     assert compose_config()["services"]["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
 
 
-def test_the_images_build_stage_has_what_the_wheel_needs_and_compiles_the_root_checks(tmp_path):
+def test_the_images_build_stage_has_what_the_wheel_needs_and_compiles_the_c_extensions(tmp_path):
     """The Dockerfile's build stage copies only some files: built from exactly those (as its `pip
-    wheel` does, here with uv), the wheel holds the migrations and the compiled root checks, so
-    the build hook (scripts/build_native.py) and everything it reads were copied."""
+    wheel` does, here with uv), the wheel holds the migrations and both compiled extensions (the
+    root checks, the rows), so the build hook (scripts/build_native.py) and everything it reads
+    were copied."""
     stage = (REPO / "Dockerfile").read_text().split("\nFROM ")[1]
     assert stage.startswith("python:3.11-slim AS build"), stage[:40]
     assert "gcc" in stage, "the build stage installs no C compiler"
@@ -291,6 +292,7 @@ def test_the_images_build_stage_has_what_the_wheel_needs_and_compiles_the_root_c
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "wheels").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.startswith("indexer/chaindata/_native_roots.") and n.endswith(".so") for n in names), names
+    for extension in ("_native_roots", "_native_rows"):
+        assert any(n.startswith(f"indexer/chaindata/{extension}.") and n.endswith(".so") for n in names), names
     assert "indexer/schema/001_jobs.sql" in names
     assert "-py3-none-any" not in wheel.name  # a platform wheel: the extension is in it

@@ -16,6 +16,12 @@ sparse chain the indexer is CPU-bound in Python: hex quantities become decimal s
 and byte strings keep their hex digits behind a `\\x` prefix (bytea's hex input), with no round
 trip through `bytes` or `int` objects on the way to the database. Lists of hashes become bytea[]
 literals, and JSON values jsonb text, escaped for COPY.
+
+`_native_rows.c` makes the same lines in C where the install could compile it
+(scripts/build_native.py), for the strict common form only (exact dicts and str, hex as "0x" and
+digits, no key for `extra`, the checked keys spelled as the block spells them): it answers a line
+or None, and for None the functions below make the line or word the error, so both give the same
+rows on every input (tests/unit/test_native_rows.py). `NATIVE` says whether it is here.
 """
 
 from __future__ import annotations
@@ -32,6 +38,13 @@ from ..base.errors import ChainDataError
 from .columns import (BLOCK_CHECKED, BLOCK_COLUMNS, BLOCK_KEYS, LOG_CHECKED, LOG_COLUMNS, LOG_KEYS, RECEIPT_CHECKED,
                       RECEIPT_KEYS, TRANSACTION_CHECKED, TRANSACTION_COLUMNS, TRANSACTION_KEYS, WITHDRAWAL_CHECKED,
                       WITHDRAWAL_COLUMNS, WITHDRAWAL_KEYS)
+
+try:
+    from . import _native_rows
+except ImportError:  # installed where no C compiler was found: every line is made in Python
+    _native_rows = None
+
+NATIVE = _native_rows is not None
 
 
 # The tabs in the part of a line `_checked` checks: the columns before those checked on their own.
@@ -328,9 +341,15 @@ def withdrawal_line(withdrawal: dict[str, Any], number: int, position: int) -> s
     return f"{line}\t{_extra(withdrawal, _WITHDRAWAL_KNOWN)}"
 
 
+if _native_rows is not None:
+    _native_rows.configure(_BLOCK_KNOWN, _TRANSACTION_KNOWN, _RECEIPT_KNOWN, _LOG_KNOWN, _WITHDRAWAL_KNOWN, _json)
+
+
 def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]]) -> Rows:
     """Rows for blocks `first..first+len(blocks)-1`; `receipts` maps a block number to the
-    receipts of that block (blocks without transactions may be absent)."""
+    receipts of that block (blocks without transactions may be absent). Each line is C's where
+    it answers one (`native and native.x_line(...)`), else the Python function's."""
+    native = _native_rows
     rows = Rows(first, first + len(blocks) - 1)
     previous_hash = None
     for offset, block in enumerate(blocks):
@@ -351,16 +370,18 @@ def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]]) -> Row
         for index, (tx, receipt) in enumerate(zip(txs, block_receipts)):
             if not isinstance(tx, dict):
                 raise ChainDataError(f"block {number}: transactions came as hashes, not objects")
-            line = transaction_line(tx, receipt, block, number, index)
-            rows.transactions.append(line)
+            line = native and native.transaction_line(tx, receipt, block, number, index)
+            rows.transactions.append(line or transaction_line(tx, receipt, block, number, index))
             entries = receipt["logs"]
             if entries:
-                tx_hash_field = _b(tx["hash"])  # checked in `line`
-                rows.logs.extend(log_line(entry, receipt, block, number, index, tx_hash_field)
-                                 for entry in entries)
+                tx_hash_field = _b(tx["hash"])  # checked in the transaction's line
+                for entry in entries:
+                    line = native and native.log_line(entry, receipt, block, number, index, tx_hash_field)
+                    rows.logs.append(line or log_line(entry, receipt, block, number, index, tx_hash_field))
                 log_count += len(entries)
-        withdrawals = block.get("withdrawals")
-        if withdrawals:
-            rows.withdrawals.extend(withdrawal_line(w, number, position) for position, w in enumerate(withdrawals))
-        rows.blocks.append(block_line(block, number, len(txs), log_count))
+        for position, w in enumerate(block.get("withdrawals") or ()):
+            line = native and native.withdrawal_line(w, number, position)
+            rows.withdrawals.append(line or withdrawal_line(w, number, position))
+        line = native and native.block_line(block, number, len(txs), log_count)
+        rows.blocks.append(line or block_line(block, number, len(txs), log_count))
     return rows

@@ -59,13 +59,14 @@ def checkout(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     (tmp_path / "indexer" / "chaindata").mkdir(parents=True)
     for name in ("scripts/setup-venv", "scripts/build_native.py", "pyproject.toml", "constraints.txt",
-                 "indexer/chaindata/_native_roots.c"):
+                 "indexer/chaindata/_native_roots.c", "indexer/chaindata/_native_rows.c"):
         shutil.copy2(REPO / name, tmp_path / name)
-    shutil.copytree(REPO / "indexer" / "chaindata" / "native_roots", tmp_path / "indexer" / "chaindata" / "native_roots")
+    for parts in ("native_roots", "native_rows", "native_shared"):
+        shutil.copytree(REPO / "indexer" / "chaindata" / parts, tmp_path / "indexer" / "chaindata" / parts)
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     uv = python.parent / "uv"
-    # `python -c` is the check that the C root checks were built: it fails where `no-native` exists.
+    # `python -c` is the check that a C extension was built: it fails where `no-native` exists.
     python.write_text('#!/bin/sh\necho "python $*" >>"$(dirname "$0")/../calls"\n'
                       '[ "$1" = -c ] && [ -e "$(dirname "$0")/../no-native" ] && exit 1\n'
                       f'cp "$(dirname "$0")/uv.stand-in" "{uv}" && chmod +x "{uv}"\n')
@@ -83,7 +84,8 @@ def installs(checkout: Path, *, uv_too: bool) -> list[str]:
     uv = [f"python -m pip install --disable-pip-version-check uv=={version}"] if uv_too else []
     return uv + [f"uv pip install --python {python} -c {checkout}/constraints.txt"
                  f" --reinstall-package skiplock-indexer -e {checkout}[test]",
-                 "python -c from indexer.chaindata import roots; assert roots.NATIVE"]
+                 "python -c from indexer.chaindata import roots; assert roots.NATIVE",
+                 "python -c from indexer.chaindata import rows; assert rows.NATIVE"]
 
 
 def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
@@ -122,18 +124,22 @@ def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_bef
         f.write("# touched\n")
     ran, said = setup_venv(checkout)
     assert ran == installs(checkout, uv_too=False)
-    assert said.startswith("setup-venv: pyproject.toml, constraints.txt or the C root checks changed")
+    assert said.startswith("setup-venv: pyproject.toml, constraints.txt or the C extensions changed")
     assert setup_venv(checkout, "test") == ([], "")
 
 
-def test_a_changed_c_part_installs_again_and_a_failed_compile_is_said(checkout: Path):
-    """The C root checks are compiled by the install: a change to them must reach the venv, and
-    an install that could not compile them says so (the checks then run in Python only)."""
+@pytest.mark.parametrize("part", ["native_roots/trie.h", "_native_rows.c", "native_rows/fields.h",
+                                  "native_shared/hex.h"])
+def test_a_changed_c_part_installs_again_and_a_failed_compile_is_said(checkout: Path, part: str):
+    """The C extensions are compiled by the install: a change to any part of them must reach the
+    venv, and an install that could not compile them says so of each (the Python they stand in
+    front of then does all the work)."""
     setup_venv(checkout, "test")
-    with (checkout / "indexer" / "chaindata" / "native_roots" / "trie.h").open("a") as f:
+    with (checkout / "indexer" / "chaindata" / part).open("a") as f:
         f.write("/* touched */\n")
     (checkout / "venv" / "no-native").touch()
     ran, said = setup_venv(checkout)
     assert ran == installs(checkout, uv_too=False)
     assert "setup-venv: warning: indexer/chaindata/_native_roots.c was not compiled" in said
+    assert "setup-venv: warning: indexer/chaindata/_native_rows.c was not compiled" in said
     assert setup_venv(checkout, "test") == ([], "")

@@ -1,6 +1,6 @@
 /* A growing byte buffer, RLP into it, and the JSON's hex strings read into RLP: the pieces every
  * encoding is made of. A reader answers OK (written), DECLINE (not read here: the Python check
- * decides) or ERROR (a Python exception is set). Part of _native_roots.c. */
+ * decides) or ERROR (a Python exception is set): native_shared/hex.h. Part of _native_roots.c. */
 
 #ifndef NATIVE_ROOTS_RLP_H
 #define NATIVE_ROOTS_RLP_H
@@ -8,6 +8,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../native_shared/hex.h"
 
 typedef struct {
     uint8_t *data;
@@ -86,25 +88,6 @@ static int end_list(Buffer *b, size_t start)
     return 0;
 }
 
-/* What the reading of one value answers: written, or not readable here (the Python check then
- * decides), or a Python error (out of memory). */
-#define OK 1
-#define DECLINE 0
-#define ERROR (-1)
-
-#define TRY(call) do { int r_ = (call); if (r_ != OK) return r_; } while (0)
-
-static int8_t NIBBLE[256];
-
-static void init_nibbles(void)
-{
-    memset(NIBBLE, -1, sizeof NIBBLE);
-    for (int i = 0; i < 10; i++)
-        NIBBLE['0' + i] = (int8_t)i;
-    for (int i = 0; i < 6; i++)
-        NIBBLE['a' + i] = NIBBLE['A' + i] = (int8_t)(10 + i);
-}
-
 /* `n` hex digits (n even) into bytes; 0 if one is not a hex digit. */
 static int unhex(uint8_t *out, const char *digits, size_t n)
 {
@@ -136,11 +119,6 @@ static int get_str(PyObject *dict, PyObject *key, const char **s, Py_ssize_t *n,
     *s = (const char *)PyUnicode_DATA(value);
     *n = PyUnicode_GET_LENGTH(value);
     return OK;
-}
-
-static int has_hex_prefix(const char *s, Py_ssize_t n)
-{
-    return n >= 2 && s[0] == '0' && s[1] == 'x';
 }
 
 /* rlp(quantity) from "0x1a2b": big-endian without leading zeros. */
