@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import requests
 
+from . import forked_cli
 from .processes import kill_all, with_environment
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
@@ -35,16 +36,22 @@ FAST = {
 
 class Work:
     """An `indexer work` process with FAST settings (overridden by `env`), its stdout and stderr
-    in one file."""
+    in one file; exec'd as a user would start it, or with `forked`, forked from a process that
+    has imported the command line already (`forked_cli`: the tests' pools)."""
 
-    def __init__(self, db_url: str, rpc_url: str, *args: str, **env: str) -> None:
+    def __init__(self, db_url: str, rpc_url: str, *args: str, forked: bool = False, **env: str) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="indexer-work-")
         self.log = Path(self.dir.name) / "work.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("INDEXER_")}
         full_env |= FAST | {"INDEXER_DATABASE_URL": db_url, "INDEXER_RPC_URL": rpc_url} | env
         full_env["TMPDIR"] = self.dir.name
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([INDEXER, "work", *args], env=full_env, stdout=out, stderr=subprocess.STDOUT)
+            if forked:
+                self.proc: subprocess.Popen[bytes] | forked_cli.Forked = forked_cli.Forked(
+                    [INDEXER, "work", *args], env=full_env, cwd=os.getcwd(), stdout=out.fileno(), stderr=out.fileno())
+            else:
+                self.proc = subprocess.Popen([INDEXER, "work", *args], env=full_env, stdout=out,
+                                             stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         return self.log.read_text()
@@ -81,13 +88,14 @@ class Work:
 
 
 class Pools:
-    """The pools one test or script starts, all closed by one `close()` (the `work` fixture)."""
+    """The pools one test starts, forked (`Work`), all closed by one `close()` (the `work`
+    fixture)."""
 
     def __init__(self) -> None:
         self.stack = ExitStack()
 
     def start(self, db_url: str, rpc_url: str, *args: str, **env: str) -> Work:
-        return self.stack.enter_context(Work(db_url, rpc_url, *args, **env))
+        return self.stack.enter_context(Work(db_url, rpc_url, *args, forked=True, **env))
 
     def close(self) -> None:
         self.stack.close()  # every pool, even when closing one of them fails
