@@ -5,6 +5,7 @@ console script, exec'd, says and does."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -13,9 +14,9 @@ import pytest
 
 from indexer.testing import forked_cli
 from indexer.testing.anvil import free_port
-from indexer.testing.work import INDEXER
-
+from indexer.testing.processes import start_time, stat, workers
 from indexer.testing.waiting import wait_for
+from indexer.testing.work import INDEXER, Work
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -57,6 +58,49 @@ def test_a_forked_pool_runs_in_its_directory_is_signalled_and_its_end_reported(d
     assert proc.wait(30) == -signal.SIGKILL and proc.poll() == -signal.SIGKILL
 
 
-def test_a_command_with_a_pythonpath_of_its_own_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="PYTHONPATH"):
-        forked_cli.run([INDEXER, "--version"], env=clean_env(PYTHONPATH=str(tmp_path)), cwd=str(tmp_path), timeout=10)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signalled_command_ends_as_the_exec_d_one(db_url, tmp_path, sig):
+    ends = []
+    for start in ("exec", "fork"):
+        port = free_port()
+        env = clean_env(INDEXER_DATABASE_URL=db_url, INDEXER_METRICS_PORT=str(port))
+        with (tmp_path / start).open("w") as out:
+            proc = subprocess.Popen([INDEXER, "monitor"], env=env, stdout=out, stderr=out) if start == "exec" else \
+                forked_cli.Forked([INDEXER, "monitor"], env=env, cwd=str(tmp_path), stdout=out.fileno(),
+                                  stderr=out.fileno())
+        wait_for(lambda: "serving /metrics" in (tmp_path / start).read_text(), "the monitor to serve")
+        proc.send_signal(sig)
+        said = re.sub(r"\d+", "N", (tmp_path / start).read_text())  # times, pids and ports aside
+        ends.append((proc.wait(30), said))
+    assert ends[0] == ends[1]
+
+
+def test_a_forked_pool_killed_leaves_workers_that_closing_it_ends(db_url, chain_node):
+    with Work(db_url, chain_node.url, "--workers", "2", forked=True) as pool:
+        left = wait_for(lambda: len(w := workers(pool.proc.pid)) == 2 and w, "the pool's two workers")
+        started = [start_time(pid) for pid in left]
+        pool.proc.kill()
+        assert pool.proc.wait(30) == -signal.SIGKILL
+        assert all(running(pid, when) for pid, when in zip(left, started))  # orphans, still there
+    assert not any(running(pid, when) for pid, when in zip(left, started))  # ended by closing it
+
+
+def running(pid: int, started: int | None) -> bool:
+    """The same process (not another given its pid), and not a zombie left for its parent."""
+    try:
+        return start_time(pid) == started and stat(pid)[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_what_subprocess_refuses_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        forked_cli.run([INDEXER, "--version"], env=clean_env(), cwd=str(tmp_path / "missing"), timeout=10)
+    with pytest.raises(ValueError):
+        forked_cli.run([INDEXER, "--version"], env=clean_env(**{"A=B": "1"}), cwd=str(tmp_path), timeout=10)
+
+
+@pytest.mark.parametrize("name", ["PYTHONPATH", "LANG", "PYTHONHASHSEED"])
+def test_a_command_whose_interpreter_would_start_differently_is_refused(tmp_path, name):
+    with pytest.raises(ValueError, match=name):
+        forked_cli.run([INDEXER, "--version"], env=clean_env(**{name: "7"}), cwd=str(tmp_path), timeout=10)

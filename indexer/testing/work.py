@@ -77,7 +77,10 @@ class Work:
         """Stops the pool, kills whatever of it is left (workers orphaned by a pool killed with
         SIGKILL included: they carry its TMPDIR), and removes its files."""
         self.kill()
-        kill_all(with_environment(f"TMPDIR={self.dir.name}"))
+        left = with_environment(f"TMPDIR={self.dir.name}")
+        if isinstance(self.proc, forked_cli.Forked):  # its own forks show the server's environment in /proc
+            left += self.proc.group()
+        kill_all(left)
         self.dir.cleanup()
 
     def __enter__(self) -> "Work":
