@@ -280,14 +280,13 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "configure: json is rows._json, a function");
         return NULL;
     }
-    PyObject *maps[5] = {
-        map_of(block, BLOCK_NAMES, ITEMS(BLOCK_NAMES), B_hash),
-        map_of(transaction, TRANSACTION_NAMES, ITEMS(TRANSACTION_NAMES), T_hash),
-        map_of(receipt, RECEIPT_NAMES, ITEMS(RECEIPT_NAMES), R_transactionHash),
-        map_of(log, LOG_NAMES, ITEMS(LOG_NAMES), L_logIndex),
-        map_of(withdrawal, WITHDRAWAL_NAMES, ITEMS(WITHDRAWAL_NAMES), W_index),
-    };
-    if (!maps[0] || !maps[1] || !maps[2] || !maps[3] || !maps[4]) {
+    /* One after another, stopping at the first that fails: none runs with an exception set. */
+    PyObject *maps[5] = {NULL};
+    if (!(maps[0] = map_of(block, BLOCK_NAMES, ITEMS(BLOCK_NAMES), B_hash))
+            || !(maps[1] = map_of(transaction, TRANSACTION_NAMES, ITEMS(TRANSACTION_NAMES), T_hash))
+            || !(maps[2] = map_of(receipt, RECEIPT_NAMES, ITEMS(RECEIPT_NAMES), R_transactionHash))
+            || !(maps[3] = map_of(log, LOG_NAMES, ITEMS(LOG_NAMES), L_logIndex))
+            || !(maps[4] = map_of(withdrawal, WITHDRAWAL_NAMES, ITEMS(WITHDRAWAL_NAMES), W_index))) {
         for (int i = 0; i < 5; i++)
             Py_XDECREF(maps[i]);
         return NULL;
