@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from indexer.base.errors import ChainDataError
-from indexer.chaindata import rows as R
 from indexer.chaindata.chain import decode
 from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.testing.fixtures import FIXTURES
@@ -27,13 +26,7 @@ NAMES = sorted(path.stem for path in RECORDED.glob("*.json"))
 COPY_NULL = "\\N"
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: with the C lines in front (what a worker runs) and with rows.py alone (an
-    install without a compiler); tests/unit/test_native_rows.py checks the C one was built."""
-    if request.param == "python":
-        monkeypatch.setattr(R, "_native_rows", None)
-    return request.param
+pytestmark = pytest.mark.usefixtures("rows_backend")
 
 
 @cache

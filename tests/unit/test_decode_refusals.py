@@ -8,7 +8,6 @@ import copy
 
 import pytest
 
-from indexer.chaindata import rows as R
 from indexer.chaindata.chain import decode
 
 from indexer.base.errors import ChainDataError
@@ -17,13 +16,7 @@ from indexer.testing import fixtures
 N = 18_000_000
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: with the C lines in front (what a worker runs) and with rows.py alone (an
-    install without a compiler); tests/unit/test_native_rows.py checks the C one was built."""
-    if request.param == "python":
-        monkeypatch.setattr(R, "_native_rows", None)
-    return request.param
+pytestmark = pytest.mark.usefixtures("rows_backend")
 
 
 def decoded(mutate):  # type: ignore[no-untyped-def]

@@ -25,13 +25,7 @@ from indexer.testing.fixtures import load, names
 NAMES = names()
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: with the C lines in front (what a worker runs) and with rows.py alone (an
-    install without a compiler); tests/unit/test_native_rows.py checks the C one was built."""
-    if request.param == "python":
-        monkeypatch.setattr(R, "_native_rows", None)
-    return request.param
+pytestmark = pytest.mark.usefixtures("rows_backend")
 
 # Columns whose value no single key gives; the kind says how to read them back from COPY text.
 DERIVED = {

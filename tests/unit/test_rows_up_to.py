@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.chaindata import rows as R
 from indexer.chaindata.rows import decode
 from indexer.testing import fixtures
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: with the C lines in front (what a worker runs) and with rows.py alone (an
-    install without a compiler); tests/unit/test_native_rows.py checks the C one was built."""
-    if request.param == "python":
-        monkeypatch.setattr(R, "_native_rows", None)
-    return request.param
+pytestmark = pytest.mark.usefixtures("rows_backend")
 
 
 def test_a_batch_cut_at_a_block_keeps_exactly_the_rows_of_the_blocks_up_to_it():
