@@ -234,7 +234,9 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     env |= {"INDEXER_DATABASE_URL": fresh_database(admin_url, name), "INDEXER_RPC_URL": rpc_url,
-            "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0", **(settings or {})}
+            "INDEXER_USE_FINALIZED": "false", "INDEXER_CONFIRMATIONS": "0",
+            "INDEXER_METRICS_PORT": "0",  # unscraped: two runs side by side would want the same default port
+            **(settings or {})}
     # The article's 10,000-block jobs, or fewer blocks per job (at least 100) on a short chain so
     # that every worker gets several jobs.
     blocks = head - first + 1

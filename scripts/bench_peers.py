@@ -241,6 +241,12 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
+
+def rate_cell(blocks_per_second: float) -> str:
+    """Blocks/s for the table: whole numbers, but two digits below 10 (a run on a loaded machine
+    may go below one block a second, which is not none)."""
+    return f"{blocks_per_second:,.0f}" if blocks_per_second >= 10 else f"{blocks_per_second:.2g}"
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_lean":
         return lean_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
@@ -410,7 +416,7 @@ def main() -> None:
     print("| chain | " + " | ".join(PEER_COLUMNS) + " |")
     print("|---|" + "---:|" * len(PEER_COLUMNS))
     for label, rates, ratio in table:
-        cells = ["not run" if rates[c] is None else rates[c] if isinstance(rates[c], str) else f"{rates[c]:,.0f}"
+        cells = ["not run" if rates[c] is None else rates[c] if isinstance(rates[c], str) else rate_cell(rates[c])
                  for c in PEER_COLUMNS]
         cells[-1] += f" ({ratio:.2f}×)"
         print(f"| {label} | " + " | ".join(cells) + " |")

@@ -239,7 +239,7 @@ def test_bench_peers_runs_the_peers_beside_the_indexer_on_both_chains():
             assert (cell == "not run" and f"{peer} could not be installed here" in out) or \
                 (cell == "failed" and f"{peer} (" in out and "failed twice" in out) or \
                 float(cell.replace(",", "")) > 0, row
-        assert re.fullmatch(r"[\d,]+ \([\d.]+×\)", row[5]), row
+        assert re.fullmatch(r"[\d.,]+ \([\d.]+×\)", row[5]), row
         missing[row[0].split(",")[0]] = sum(cell in ("not run", "failed") for cell in row[3:5])
     for chain in ("dense", "sparse"):  # the cores of each run that ran
         assert len(table_rows(out, f"{chain} | ")) == 6 - missing[chain], out
