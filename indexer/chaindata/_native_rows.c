@@ -183,14 +183,24 @@ static int make_block_line(Line *line, PyObject *const *args, PyObject **s)
     return put_columns(line, s, BLOCK_LINE, ITEMS(BLOCK_LINE));
 }
 
+/* The block's hash, number and timestamp, which a transaction's and a log's lines check theirs
+ * against, into three slots in a row from `slot`. */
+static int read_block(PyObject *block, PyObject **slot)
+{
+    TRY(lookup(block, K_hash, &slot[0]));
+    TRY(lookup(block, K_number, &slot[1]));
+    return lookup(block, K_timestamp, &slot[2]);
+}
+_Static_assert(T_BLOCK_NUMBER == T_BLOCK_HASH + 1 && T_BLOCK_TIMESTAMP == T_BLOCK_HASH + 2
+               && L_BLOCK_NUMBER == L_BLOCK_HASH + 1 && L_BLOCK_TIMESTAMP == L_BLOCK_HASH + 2,
+               "the block's slots in a row");
+
 /* The lookups first: they may run a caller's code; reading the dicts runs none. */
 static int make_transaction_line(Line *line, PyObject *const *args, PyObject **s)
 {
     PyObject *tx = args[0], *receipt = args[1], *block = args[2];
     take(s, T_NUMBER, args, 3, 2);
-    TRY(lookup(block, K_hash, &s[T_BLOCK_HASH]));
-    TRY(lookup(block, K_number, &s[T_BLOCK_NUMBER]));
-    TRY(lookup(block, K_timestamp, &s[T_BLOCK_TIMESTAMP]));
+    TRY(read_block(block, &s[T_BLOCK_HASH]));
     TRY(read_dict(tx, &TRANSACTION_KEYS, s));
     TRY(read_dict(receipt, &RECEIPT_KEYS, s));
     if (s[T_type] == NULL)
@@ -203,9 +213,7 @@ static int make_log_line(Line *line, PyObject *const *args, PyObject **s)
 {
     PyObject *entry = args[0], *receipt = args[1], *block = args[2];
     take(s, L_NUMBER, args, 3, 3);
-    TRY(lookup(block, K_hash, &s[L_BLOCK_HASH]));
-    TRY(lookup(block, K_number, &s[L_BLOCK_NUMBER]));
-    TRY(lookup(block, K_timestamp, &s[L_BLOCK_TIMESTAMP]));
+    TRY(read_block(block, &s[L_BLOCK_HASH]));
     TRY(lookup(receipt, K_transactionHash, &s[L_TX_HASH]));
     TRY(lookup(receipt, K_transactionIndex, &s[L_POSITION]));
     TRY(read_dict(entry, &LOG_KEYS, s));
