@@ -14,7 +14,7 @@ import pytest
 
 from indexer.testing import forked_cli
 from indexer.testing.anvil import free_port
-from indexer.testing.processes import start_time, stat, workers
+from indexer.testing.processes import alive, start_time, workers
 from indexer.testing.waiting import wait_for
 from indexer.testing.work import INDEXER, Work
 
@@ -81,16 +81,9 @@ def test_a_forked_pool_killed_leaves_workers_that_closing_it_ends(db_url, chain_
         started = [start_time(pid) for pid in left]
         pool.proc.kill()
         assert pool.proc.wait(30) == -signal.SIGKILL
-        assert all(running(pid, when) for pid, when in zip(left, started))  # orphans, still there
-    assert not any(running(pid, when) for pid, when in zip(left, started))  # ended by closing it
+        assert all(alive(pid, when) for pid, when in zip(left, started))  # orphans, still there
+    assert not any(alive(pid, when) for pid, when in zip(left, started))  # ended by closing it
 
-
-def running(pid: int, started: int | None) -> bool:
-    """The same process (not another given its pid), and not a zombie left for its parent."""
-    try:
-        return start_time(pid) == started and stat(pid)[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_what_subprocess_refuses_is_refused(tmp_path):

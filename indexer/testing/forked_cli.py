@@ -15,8 +15,8 @@ monitor`, the progress line on a terminal, concurrent `migrate`, the benchmark s
 One server per test process, started at the first command: `python -m indexer.testing.forked_cli
 LISTENING ALIVE`. It ends when the test process does (the `ALIVE` pipe closes). For each request
 it forks a waiter, which forks the command in a process group of its own (so that
-`Forked.kill_group` finds a pool's workers orphaned by a SIGKILL: their /proc/PID/environ is the
-server's, not the command's), hands the client a pidfd of it (signals can never reach another
+`processes.in_process_group` finds a pool's workers orphaned by a SIGKILL: their /proc/PID/environ
+is the server's, not the command's), hands the client a pidfd of it (signals can never reach another
 process given the same pid), and reports its exit status as `subprocess` gives it (negative:
 the signal that ended it).
 """
@@ -122,19 +122,6 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-    def group(self) -> list[int]:
-        """The processes left in the command's process group: its own, and its children's,
-        orphans included."""
-        found = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) == self.pid:
-                        found.append(int(proc.name))
-                except (OSError, IndexError, ValueError):  # gone meanwhile
-                    continue
-        return found
 
 
 def run(argv: list[str], *, env: dict[str, str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def children(pid: int) -> list[int]:
@@ -48,13 +49,25 @@ def signal_quietly(pid: int, sig: int) -> bool:
 
 def with_environment(entry: str) -> list[int]:
     """The processes whose environment holds `entry` ("NAME=value"), orphans included: children
-    inherit it, and so do the children of multiprocessing's fork server."""
+    inherit it, and so do the children of multiprocessing's fork server. (What /proc shows is the
+    environment a process was exec'd with: a process forked without exec shows its parent's;
+    see `in_process_group`.)"""
     needle = entry.encode()
+    return _every_process(lambda pid: needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+
+
+def in_process_group(group: int) -> list[int]:
+    """The processes of process group `group`, orphans included: a forked command's
+    (`forked_cli`), which is its own group, and its children's."""
+    return _every_process(lambda pid: int(stat(pid)[2]) == group)
+
+
+def _every_process(test: Callable[[int], bool]) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                if test(int(proc.name)):
                     found.append(int(proc.name))
             except OSError:  # gone, or not ours to read
                 continue
@@ -66,8 +79,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def stat(pid: int) -> list[str]:
     """The fields of /proc/PID/stat after the command's name (which may hold spaces and
-    parentheses): [1] is the parent's pid, [11] and [12] the user and system CPU time in clock
-    ticks, [19] the start time. Raises FileNotFoundError once the process is gone."""
+    parentheses): [1] is the parent's pid, [2] its process group, [11] and [12] the user and
+    system CPU time in clock ticks, [19] the start time. Raises FileNotFoundError once the
+    process is gone."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
@@ -94,11 +108,11 @@ def kill_all(pids: list[int], timeout: float = 10) -> None:
         if when is not None and start_time(pid) == when:
             signal_quietly(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while any(_alive(pid, when) for pid, when in started.items()) and time.monotonic() < deadline:
+    while any(alive(pid, when) for pid, when in started.items()) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
-def _alive(pid: int, started: int | None) -> bool:
+def alive(pid: int, started: int | None) -> bool:
     """Running, not a zombie waiting for its parent, and not another process with its pid."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -18,7 +18,7 @@ import psycopg
 import requests
 
 from . import forked_cli
-from .processes import kill_all, with_environment
+from .processes import in_process_group, kill_all, with_environment
 
 INDEXER = str(Path(sys.executable).with_name("indexer"))
 
@@ -79,7 +79,7 @@ class Work:
         self.kill()
         left = with_environment(f"TMPDIR={self.dir.name}")
         if isinstance(self.proc, forked_cli.Forked):  # its own forks show the server's environment in /proc
-            left += self.proc.group()
+            left += in_process_group(self.proc.pid)
         kill_all(left)
         self.dir.cleanup()
 
