@@ -44,19 +44,20 @@ from typing import Any, Callable
 
 import orjson
 import psycopg
-from psycopg.conninfo import make_conninfo
+
+from bench_backfill import drop_database, partitioned_database
 
 from indexer.base import db
 from indexer.base.settings import DEFAULT_BATCH_TRANSACTIONS
 from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, roots, store
 from indexer.chaindata.prefetch import batch_blocks
-from indexer.jobs import partitions
 from indexer.node.rpc import RpcClient
 from indexer.testing import fixtures
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.cluster import postgres_at
 
 RECORDED = "mainnet-18000000"
+SCRATCH = f"bench_roots_{os.getpid()}"  # the database each measure of writing makes, then drops
 
 
 def cpu_ms(fn: Callable[[], Any], repeat: int, per: int = 1, min_seconds: float = 0.2) -> float:
@@ -150,18 +151,6 @@ def check_ms(blocks: list[tuple[dict, list]], repeat: int, *, recompute_blooms: 
 # --- the rest of a worker's CPU -------------------------------------------------------------------
 
 
-def fresh_database(admin_url: str, name: str, first: int, last: int) -> str:
-    """A migrated database with the partitions of blocks first..last, as a plan makes them."""
-    with psycopg.connect(admin_url, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = make_conninfo(admin_url, dbname=name)
-    with db.connect(url) as conn:
-        db.migrate(conn)
-        partitions.ensure(conn, first, last)
-    return url
-
-
 def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, repeat: int) -> dict[str, float]:
     """CPU ms per block of a worker's steps over blocks first..last, in batches of about 1,000
     transactions as a worker sizes them; the median of `repeat` passes (each into a fresh
@@ -172,7 +161,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
         spent = dict.fromkeys(("rpc", "decode", "write"), 0.0)
         conn = None
         if database_url:
-            url = fresh_database(database_url, f"bench_roots_{os.getpid()}", first, last)
+            url = partitioned_database(database_url, SCRATCH, first, last)
             conn = psycopg.connect(url, autocommit=True, options=db.worker_session_options(300))
             store.prepare(conn)
         n = first
@@ -194,6 +183,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
             n = end + 1
         if conn is not None:
             conn.close()
+            drop_database(database_url, SCRATCH)
         passes.append(spent)
     count = last - first + 1
     return {step: 1000 * statistics.median(p[step] for p in passes) / count for step in ("rpc", "decode", "write")}
@@ -210,7 +200,7 @@ def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float
     }
     if database_url:
         rows = chain.decode(number, [recorded["block"]], {number: recorded["receipts"]})
-        url = fresh_database(database_url, f"bench_roots_{os.getpid()}", number, number)
+        url = partitioned_database(database_url, SCRATCH, number, number)
         with psycopg.connect(url, autocommit=True, options=db.worker_session_options(300)) as conn:
             store.prepare(conn)
 
@@ -219,6 +209,7 @@ def recorded_worker_ms(database_url: str | None, repeat: int) -> dict[str, float
                     store.write(conn, rows)
 
             result["write"] = cpu_ms(write, repeat)
+        drop_database(database_url, SCRATCH)
     return result
 
 
