@@ -252,3 +252,23 @@ def test_bench_parse_fetches_every_block_with_each_parser():
     assert {r[0] for r in table_rows(out, "msgspec") + table_rows(out, "orjson")} == {"msgspec", "orjson"}, out
     assert all(float(r[1]) > 0 for r in table_rows(out, "msgspec") + table_rows(out, "orjson")), out
     assert "40 mainnet-shaped blocks" in out
+
+
+def test_bench_rows_compares_the_c_lines_with_rows_py_on_each_batch():
+    # The script itself checks that both make the same rows of every batch.
+    out = subprocess.run([sys.executable, "scripts/bench_rows.py", "--blocks", "2", "--txs", "4", "--empty", "20",
+                          "--repeat", "1"], cwd=REPO, text=True, capture_output=True, timeout=300, check=True).stdout
+    measured = table_rows(out, "mainnet") + table_rows(out, "dense") + table_rows(out, "empty")
+    assert [r[0].split(" ")[0] for r in measured] == ["mainnet", "dense", "empty"], out
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and re.fullmatch(r"[\d.]+x", r[3]) for r in measured), out
+
+
+def test_bench_roots_measures_the_tries_and_each_check_against_the_rest_of_a_worker():
+    out = run_script("scripts/bench_roots.py", "--blocks", "3", "--txs", "4", "--repeat", "1")
+    measured = table_rows(out, "recorded") + table_rows(out, "dense")
+    tries, checks = [r for r in measured if len(r) == 6], [r for r in measured if len(r) == 8]
+    assert [r[0] for r in tries] == [r[0] for r in checks] == ["recorded", "dense"], out
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in tries), out
+    for row in checks:  # check_block with C, with blooms recomputed, and in Python alone
+        assert all(re.fullmatch(r"[\d.]+ \(\d+%\)", cell) for cell in row[5:8]), row
+    assert not left_behind(out.pid)
