@@ -134,11 +134,8 @@ static int check_transactions(PyObject *block, PyObject *receipts, int recompute
     TRY(header_root(block, K_transactionsRoot, expected, NULL));
     if (memcmp(expected, zero, 32) == 0)
         return DECLINE;
-    PyObject *txs = PyDict_GetItemWithError(block, K_transactions);
-    if (txs == NULL)
-        return PyErr_Occurred() ? ERROR : DECLINE;
-    if (!PyList_Check(txs))
-        return DECLINE;
+    PyObject *txs;
+    TRY(get_list(block, K_transactions, &txs));
     types->room = PyList_GET_SIZE(txs);
     types->types = PyMem_Malloc(types->room ? (size_t)types->room : 1);
     if (types->types == NULL) {

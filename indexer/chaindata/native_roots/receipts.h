@@ -39,11 +39,8 @@ static int put_log(Buffer *b, PyObject *entry, void *context)
     TRY(put_data_str(b, address, address_n));
     if (bloom->compute)
         add_to_bloom(bloom->made, b->data + b->len - (address_n - 2) / 2, (size_t)(address_n - 2) / 2);
-    PyObject *topics = PyDict_GetItemWithError(entry, K_topics);
-    if (topics == NULL)
-        return PyErr_Occurred() ? ERROR : DECLINE;
-    if (!PyList_Check(topics))
-        return DECLINE;
+    PyObject *topics;
+    TRY(get_list(entry, K_topics, &topics));
     size_t topics_start = b->len;
     for (Py_ssize_t t = 0; t < PyList_GET_SIZE(topics); t++) {  /* no Python code runs in this loop */
         PyObject *topic = PyList_GET_ITEM(topics, t);
@@ -104,11 +101,8 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
     int have_bloom = r == OK;
     if (have_bloom && (sent_n != 514 || !has_hex_prefix(sent_hex, sent_n) || !unhex(sent, sent_hex + 2, 512)))
         return DECLINE;
-    PyObject *logs = PyDict_GetItemWithError(receipt, K_logs);
-    if (logs == NULL)
-        return PyErr_Occurred() ? ERROR : DECLINE;
-    if (!PyList_Check(logs))
-        return DECLINE;
+    PyObject *logs;
+    TRY(get_list(receipt, K_logs, &logs));
     if (PyList_GET_SIZE(logs) == 0) {
         /* No log: the zero bloom, and the node must have sent that one (or none). */
         if (have_bloom && memcmp(sent, zero_bloom, 256) != 0)

@@ -121,6 +121,16 @@ static int get_str(PyObject *dict, PyObject *key, const char **s, Py_ssize_t *n,
     return OK;
 }
 
+/* A list value of the dict, borrowed: OK, DECLINE when missing or not a list, ERROR when the
+ * lookup raised. */
+static int get_list(PyObject *dict, PyObject *key, PyObject **list)
+{
+    *list = PyDict_GetItemWithError(dict, key);
+    if (*list == NULL)
+        return PyErr_Occurred() ? ERROR : DECLINE;
+    return PyList_Check(*list) ? OK : DECLINE;
+}
+
 /* rlp(quantity) from "0x1a2b": big-endian without leading zeros. */
 static int put_quantity_str(Buffer *b, const char *s, Py_ssize_t n)
 {

@@ -70,11 +70,8 @@ static int put_authorization(Buffer *b, PyObject *a, void *context)
 
 static int put_authorizations(Buffer *b, PyObject *tx)
 {
-    PyObject *list = PyDict_GetItemWithError(tx, K_authorizationList);
-    if (list == NULL)
-        return PyErr_Occurred() ? ERROR : DECLINE;
-    if (!PyList_Check(list))
-        return DECLINE;
+    PyObject *list;
+    TRY(get_list(tx, K_authorizationList, &list));
     size_t start = b->len;
     TRY(put_each(b, list, put_authorization, NULL));
     return end_list(b, start) < 0 ? ERROR : OK;
