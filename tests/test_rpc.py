@@ -14,7 +14,7 @@ import pytest
 from indexer.base import metrics
 from indexer.base.urls import endpoint_label, parse_urls
 from indexer.chaindata import chain
-from indexer.node import rpc_errors
+from indexer.node import rpc_errors, rpc_rate
 from indexer.node.endpoints import Recorder
 from indexer.node.rpc import RpcClient
 from indexer.node.rpc_batch import Fallback
@@ -264,6 +264,22 @@ def test_the_rate_falls_below_a_call_a_second_when_the_provider_allows_no_more()
         assert rate.limited(time.monotonic())
     assert rate.rate == pytest.approx(2 * 0.7 ** 3)  # 0.69 calls a second
     assert rate.burst(100) == 1  # and a request carries one call at a time
+
+
+def test_below_half_a_call_a_second_an_idle_endpoint_is_asked_at_once(monkeypatch):
+    # Capped at one second's worth of calls, the bucket never held a whole call below a rate of
+    # 1: at 0.43 every call waited 1.3 s however long nobody had asked, and the head planner,
+    # which waits at most a second, never asked again (a chaos run's follow phase stalled).
+    clock = [1000.0]
+    monkeypatch.setattr(rpc_rate.time, "monotonic", lambda: clock[0])
+    rate = AdaptiveRate(2)
+    for _ in range(6):
+        clock[0] += 1
+        assert rate.limited(clock[0])
+    assert rate.rate < 0.5 and rate.delay(1) > 1  # right after the cut: held back
+    clock[0] += 1 / rate.rate + 0.01  # nobody asks for as long as a call takes at that rate
+    assert rate.delay(1) == 0 and rate.acquire(1)[0] == 0
+    assert rate.delay(1) > 1  # and the next waits its turn again
 
 
 def test_the_rate_allowed_in_all_is_the_slowest_endpoint_s_for_each(chain_node):

@@ -17,8 +17,8 @@ _MAX_RETRY_AFTER = 120.0
 
 class AdaptiveRate:
     """The calls per second one endpoint is sent by this process: a token bucket (bursts of up to
-    one second's worth) whose rate adapts to the endpoint's rate limit, so that nobody needs to
-    know that limit.
+    one second's worth, and of one call at least) whose rate adapts to the endpoint's rate limit,
+    so that nobody needs to know that limit.
 
     It starts at `ceiling`, or with no limit at all when there is none. A rate-limited answer
     cuts it at once to DECREASE times what the endpoint took: the rate in force, or, if lower,
@@ -69,7 +69,7 @@ class AdaptiveRate:
             now = time.monotonic()
             wait = max(0.0, self._not_before - now)
             if self.rate is not None:
-                self._tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate)
+                self._tokens = self._refilled(now)
                 self._stamp = now
                 self._tokens -= calls
                 if self._tokens < 0:
@@ -87,7 +87,7 @@ class AdaptiveRate:
             now = time.monotonic()
             wait = max(0.0, self._not_before - now)
             if self.rate is not None:
-                tokens = min(self.rate, self._tokens + (now - self._stamp) * self.rate) - calls
+                tokens = self._refilled(now) - calls
                 if tokens < 0:
                     wait = max(wait, -tokens / self.rate)
             return wait
@@ -152,6 +152,15 @@ class AdaptiveRate:
             self.rate = rate = min(rate, self.ceiling) if self.ceiling is not None else rate
         if self.on_change:
             self.on_change(rate)
+
+    def _refilled(self, now: float) -> float:
+        """The tokens at `now`: one second's worth at most, but never less than one call, so that
+        below a call a second an idle endpoint is asked at once. Capped at the rate alone, a rate
+        under 0.5 made every single call wait more than a second however long nobody had asked,
+        and a client that waits at most a second (the head planner) never asked again: its rate,
+        raised only by answers, stayed down for good (a CI chaos run's follow phase stalled on it)."""
+        assert self.rate is not None
+        return min(max(self.rate, 1.0), self._tokens + (now - self._stamp) * self.rate)
 
     def _measured(self, now: float) -> float | None:
         """Calls per second the endpoint answered over the last WINDOW seconds, or, when it
