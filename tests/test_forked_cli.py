@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from indexer.testing import forked_cli
@@ -75,15 +76,22 @@ def test_a_signalled_command_ends_as_the_exec_d_one(db_url, tmp_path, sig):
     assert ends[0] == ends[1]
 
 
-def test_a_forked_pool_killed_leaves_workers_that_closing_it_ends(db_url, chain_node):
+def listening(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND state = 'idle' AND query LIKE 'LISTEN %'").fetchone()[0]
+
+
+def test_a_forked_pool_killed_leaves_workers_that_closing_it_ends(conn, db_url, chain_node):
     with Work(db_url, chain_node.url, "--workers", "2", forked=True) as pool:
         left = wait_for(lambda: len(w := workers(pool.proc.pid)) == 2 and w, "the pool's two workers")
         started = [start_time(pid) for pid in left]
+        # A worker sees its pool gone (and stops by itself) at the top of its loop; once both
+        # listen, the next look is a poll interval (30 s) away.
+        wait_for(lambda: listening(conn) == 2, "both workers to wait for a NOTIFY")
         pool.proc.kill()
         assert pool.proc.wait(30) == -signal.SIGKILL
         assert all(alive(pid, when) for pid, when in zip(left, started))  # orphans, still there
     assert not any(alive(pid, when) for pid, when in zip(left, started))  # ended by closing it
-
 
 
 def test_what_subprocess_refuses_is_refused(tmp_path):
