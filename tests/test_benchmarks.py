@@ -185,10 +185,16 @@ def test_bench_growth_runs_both_index_modes(tmp_path):
     assert not left_behind(out.pid)
 
 
-def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
-    out = run_script("scripts/bench_follow.py", "--block-times", "0.5", "--duration", "3", "--ws",
-                     "--reorg-depths", "1,3", "--reorg-repeat", "1", "--catch-up", "300", "--catch-up-repeat", "2",
-                     "--idle", "1")
+def bench_follow(part: str) -> Ran:
+    """One of bench_follow's measures: each has its test, so that they run side by side (most of
+    the script's time is waiting for blocks)."""
+    return run_script("scripts/bench_follow.py", "--parts", part, "--block-times", "0.5", "--duration", "3", "--ws",
+                      "--reorg-depths", "1,3", "--reorg-repeat", "1", "--catch-up", "300", "--catch-up-repeat", "2",
+                      "--idle", "1")
+
+
+def test_bench_follow_measures_the_lag_of_every_block_polling_and_with_new_heads():
+    out = bench_follow("lag")
     # Every block mined while watched is counted, stored and decoded, polling and with newHeads.
     lags = table_rows(out, "0.5 s")
     assert [r[0] for r in lags] == ["0.5 s", "0.5 s, newHeads"], out
@@ -196,10 +202,20 @@ def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
     # stored before the sampler sees it at the node.
     assert all(int(r[1]) > 0 and all(re.fullmatch(r"(-?[\d,]+ / ){2}-?[\d,]+", cell) for cell in r[2:4])
                for r in lags), out
+    assert not left_behind(out.pid)
+
+
+def test_bench_follow_measures_reorgs_rolled_back():
+    out = bench_follow("reorg")
     # Each reorg is rolled back (the script checks the whole chain against the node's afterwards).
     reorgs = [r for r in table_rows(out, "1 |") + table_rows(out, "3 |") if len(r) == 5]
     assert [(r[0], r[1]) for r in reorgs] == [("1", "1"), ("3", "1")], out
     assert re.search(r"All 2 reorgs: stored as the node's within [\d,]+ ms .* [2-9]\d* rollbacks recorded", out), out
+    assert not left_behind(out.pid)
+
+
+def test_bench_follow_measures_the_catch_up_of_the_drain_and_the_follower():
+    out = bench_follow("catchup")
     # The drain and the follower take turns on the chain (the 5 blocks each follower is shown
     # after its catch-up add to it); the follower settles to the head.
     runs = [r for r in table_rows(out, "1 |") + table_rows(out, "2 |") if len(r) == 10]
@@ -207,6 +223,11 @@ def test_bench_follow_measures_lag_reorgs_catch_up_and_idle():
     assert runs[1][5] == "306" and runs[1][1] == "311", out  # the second round: the follower first
     assert all(len(r[9].split(", ")) == 5 for r in runs), out
     assert "The follower against the drain: " in out
+    assert not left_behind(out.pid)
+
+
+def test_bench_follow_measures_an_idle_follower():
+    out = bench_follow("idle")
     assert re.search(r"\| [\d.]+% \| [\d.]+% \| [\d.]+% \|", out), out
     assert not left_behind(out.pid)
 
