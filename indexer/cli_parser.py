@@ -149,7 +149,7 @@ def build_parser() -> Parser:
     p.add_argument("--rpc-url", metavar="URL[,URL...]", help="overrides INDEXER_RPC_URL; several for failover")
     p.add_argument("--workers", type=worker_count, metavar="N",
                    help=f"worker processes, at most {MAX_WORKERS} (default: CPU count; INDEXER_WORKERS)")
-    p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 100; INDEXER_BATCH_SIZE)")
+    p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 500; INDEXER_BATCH_SIZE)")
     p.add_argument("--drain", action="store_true",
                    help="exit when no job is pending or running (exit 1 if any failed), or exit 3 once the only "
                    "jobs left start beyond the safe head, saying which blocks wait for the chain to grow")

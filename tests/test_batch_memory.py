@@ -4,11 +4,12 @@ is one transaction (`store.write` and its heartbeat), so the rows a batch wrote 
 
 from __future__ import annotations
 
+from indexer.base.settings import DEFAULT_BATCH_SIZE
 from indexer.jobs import planner
 from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.node_compare import assert_matches_node
 
-EMPTY, DENSE, TXS, BUDGET = 300, 10, 100, 150
+EMPTY, DENSE, TXS, BUDGET = 3 * DEFAULT_BATCH_SIZE, 10, 100, 150
 
 WRITTEN_BATCHES = """
 SELECT min(number), max(number), count(*), sum(transaction_count)
@@ -32,6 +33,6 @@ def test_dense_blocks_after_empty_ones_are_written_in_batches_within_the_budget(
         # dense blocks that an estimate made on the empty ones asks for.
         assert max(txs for _, _, _, txs in batches) < BUDGET + TXS
         assert sum(txs for _, _, _, txs in batches) == DENSE * TXS + 1
-        # The empty blocks still go in whole batches (INDEXER_BATCH_SIZE, 100).
-        assert max(blocks for _, _, blocks, _ in batches) == 100
+        # The empty blocks still go in whole batches (INDEXER_BATCH_SIZE's default).
+        assert max(blocks for _, _, blocks, _ in batches) == DEFAULT_BATCH_SIZE
         assert_matches_node(conn, node.url, 0, head)

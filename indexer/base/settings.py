@@ -23,6 +23,11 @@ from .urls import endpoint_label, parse_urls
 # The largest job `indexer plan` makes: a job is one claim, so a bigger one would only make the
 # tail of a backfill wait on a single worker.
 MAX_CHUNK = 1_000_000
+# Blocks a batch on a chain sparse enough that INDEXER_BATCH_TRANSACTIONS does not cut it first: each
+# batch is a transaction with its link check, COPY and heartbeat, and on empty blocks 500 took
+# 0.78x the CPU per block of 100 (PostgreSQL 0.69x) for no more memory (BENCHMARKS.md,
+# "Batches of 500 blocks"). Dense chains are cut by transactions whatever this is.
+DEFAULT_BATCH_SIZE = 500
 # A batch of 600 of mainnet's transactions is about 6 MB of JSON, twice that parsed; with two
 # batches' worth fetched ahead (prefetch.TRANSACTIONS_AHEAD) a worker peaks at about 120 MB, and
 # its throughput is what 1,000 gave, on anvil's dense chain and the mainnet-shaped one alike
@@ -110,7 +115,9 @@ class Settings(BaseSettings):
         300.0, gt=0, le=MAX_SECONDS,
         description="`indexer work` exits 1 once the database, or every node endpoint, has not answered for this"
         " long, rather than wait on (more than 0, at most 3600 s)")
-    batch_size: int = Field(100, gt=0, le=10_000, description="blocks fetched and written per transaction (1 to 10,000)")
+    batch_size: int = Field(
+        DEFAULT_BATCH_SIZE, gt=0, le=10_000, description="blocks fetched and written per transaction (1 to 10,000)"
+    )
     batch_transactions: int = Field(
         DEFAULT_BATCH_TRANSACTIONS, gt=0, le=1_000_000,
         description="fewer blocks per batch on dense chains: about this many transactions at most (1 to 1,000,000)"
