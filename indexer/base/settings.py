@@ -25,8 +25,9 @@ from .urls import endpoint_label, parse_urls
 MAX_CHUNK = 1_000_000
 # Blocks a batch on a chain sparse enough that INDEXER_BATCH_TRANSACTIONS does not cut it first: each
 # batch is a transaction with its link check, COPY and heartbeat, and on empty blocks 500 took
-# 0.78x the CPU per block of 100 (PostgreSQL 0.69x) for no more memory (BENCHMARKS.md,
-# "Batches of 500 blocks"). Dense chains are cut by transactions whatever this is.
+# 0.81-0.84x the indexer's CPU a block of 100 and 0.71-0.73x PostgreSQL's, in the same memory
+# (BENCHMARKS.md, "Batches of 500 blocks on sparse chains"). Dense chains are cut by
+# transactions whatever this is.
 DEFAULT_BATCH_SIZE = 500
 # A batch of 600 of mainnet's transactions is about 6 MB of JSON, twice that parsed; with two
 # batches' worth fetched ahead (prefetch.TRANSACTIONS_AHEAD) a worker peaks at about 120 MB, and
