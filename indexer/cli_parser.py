@@ -15,7 +15,7 @@ from typing import Callable, NoReturn
 from .base import settings
 from .base.block_range import MAX_END
 from .base.errors import redact
-from .base.settings import MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
+from .base.settings import DEFAULT_BATCH_SIZE, MAX_CHUNK, MAX_SECONDS, MAX_WORKERS
 from .decoding import abi_bounds
 from .jobqueue import retention
 from .jobs import planner
@@ -149,7 +149,8 @@ def build_parser() -> Parser:
     p.add_argument("--rpc-url", metavar="URL[,URL...]", help="overrides INDEXER_RPC_URL; several for failover")
     p.add_argument("--workers", type=worker_count, metavar="N",
                    help=f"worker processes, at most {MAX_WORKERS} (default: CPU count; INDEXER_WORKERS)")
-    p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS", help="blocks per write (default 500; INDEXER_BATCH_SIZE)")
+    p.add_argument("--batch-size", type=positive_int, metavar="BLOCKS",
+                   help=f"blocks per write (default {DEFAULT_BATCH_SIZE}; INDEXER_BATCH_SIZE)")
     p.add_argument("--drain", action="store_true",
                    help="exit when no job is pending or running (exit 1 if any failed), or exit 3 once the only "
                    "jobs left start beyond the safe head, saying which blocks wait for the chain to grow")

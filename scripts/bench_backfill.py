@@ -50,7 +50,7 @@ from psycopg.conninfo import make_conninfo
 
 from indexer.base import db
 from indexer.base.db import worker_session_options
-from indexer.base.settings import DEFAULT_BATCH_TRANSACTIONS
+from indexer.base.settings import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TRANSACTIONS
 from indexer.chaindata import chain, store
 from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.chaindata.prefetch import batch_blocks
@@ -259,7 +259,7 @@ def indexer_run(admin_url: str, rpc_url: str, first: int, head: int, workers: in
 def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
               batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> dict[str, float]:
     """Milliseconds per block of each step of a worker, done in order in this one process, with
-    the worker's batch size (100 blocks, fewer when dense: about 600 transactions a batch); and of
+    the worker's batch size (500 blocks, fewer when dense: about 600 transactions a batch); and of
     this process's CPU in the JSON-RPC step (its HTTP client and JSON parsing, not the node's)."""
     name = f"bench_{os.getpid()}_breakdown"
     url = partitioned_database(admin_url, name, first_block, head)
@@ -267,7 +267,7 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
     spent = dict.fromkeys(("rpc", "decode", "write", "rpc_cpu"), 0.0)
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         store.prepare(conn)
-        first, size = first_block, 100
+        first, size = first_block, DEFAULT_BATCH_SIZE
         while first <= head:
             last = min(first + size - 1, head)
             t0, cpu = time.perf_counter(), time.process_time()
@@ -280,7 +280,7 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
             t3 = time.perf_counter()
             for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2, cpu)):
                 spent[step] += t
-            size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
+            size = batch_blocks(len(rows.transactions) / (last - first + 1), DEFAULT_BATCH_SIZE, batch_transactions)
             first = last + 1
         stored = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
     blocks = head - first_block + 1
@@ -305,7 +305,7 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
     batches = []
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         store.prepare(conn)
-        first, size = first_block, 100
+        first, size = first_block, DEFAULT_BATCH_SIZE
         while first <= head:
             last = min(first + size - 1, head)
             blocks, receipts = chain.fetch_json(client, first, last)
@@ -317,7 +317,7 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
                 transfers = b"".join(copy).decode().splitlines()
             batches.append({"blocks": rows.blocks, "transactions": rows.transactions, "logs": rows.logs,
                             "withdrawals": rows.withdrawals, "token_transfers": transfers})
-            size = batch_blocks(len(rows.transactions) / (last - first + 1), 100, batch_transactions)
+            size = batch_blocks(len(rows.transactions) / (last - first + 1), DEFAULT_BATCH_SIZE, batch_transactions)
             first = last + 1
     drop_database(admin_url, name)
     return batches

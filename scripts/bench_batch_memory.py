@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Peak memory of `indexer work` on a chain whose density changes: `--empty` empty blocks, then
 `--dense` blocks of `--txs` transactions each (half of them calls that emit two logs), indexed by
-one worker with the default settings (INDEXER_BATCH_TRANSACTIONS 600, INDEXER_BATCH_SIZE 100).
+one worker with the default settings (INDEXER_BATCH_TRANSACTIONS 600, INDEXER_BATCH_SIZE 500).
 After the empty blocks a worker's estimate of the chain's density is 0; the batches it asks for
-then must still hold about INDEXER_BATCH_TRANSACTIONS transactions, not a hundred dense blocks.
+then must still hold about INDEXER_BATCH_TRANSACTIONS transactions, not 500 dense blocks.
 
 Prints the peak RSS of the largest `indexer` process run (getrusage of the descendants waited
 for, exact: migrate, plan, the pool and its worker, the worker being the largest; read before

@@ -11,10 +11,10 @@ included, blocks/s over every block of the chain (block 0 to the head):
   in a process of its own; run first and last, and the peers held against the mean of the two
   (the machine's speed drifts);
 - lean script into PostgreSQL: the floor to beat. 2 processes, each fetching batches of 100
-  blocks as the raw client does (blocks with full transactions, then their receipts), turning
-  them into rows of a few columns (blocks, transactions, logs) and COPYing them into plain
-  tables, no index or key, in a scratch database (made before the clock starts), one transaction
-  a batch, commits asynchronous as the indexer's workers' are;
+  blocks (`--lean-batch`) as the raw client does (blocks with full transactions, then their
+  receipts), turning them into rows of a few columns (blocks, transactions, logs) and COPYing
+  them into plain tables, no index or key, in a scratch database (made before the clock starts),
+  one transaction a batch, commits asynchronous as the indexer's workers' are;
 - cryo (to parquet): the `cryo` package from PyPI (the Rust extractor's Python bindings; the
   `cryo` command itself is built with cargo, which the machine lacks), `cryo.freeze` of blocks,
   transactions and logs to parquet with its defaults (chunks of 1,000 blocks, 4 at a time);
@@ -122,15 +122,15 @@ def _lean_part(url: str, dsn: str, batches: list[tuple[int, int]]) -> None:
                             copy.write("\n".join(lines) + "\n")
 
 
-def lean_main(url: str, dsn: str, first: int, head: int) -> None:
-    """Batches of 100 blocks dealt to 2 processes in turn, each fetching and copying its own."""
+def lean_main(url: str, dsn: str, first: int, head: int, batch: int) -> None:
+    """Batches of `batch` blocks dealt to 2 processes in turn, each fetching and copying its own."""
     import importlib
     import multiprocessing
 
     for module in ("orjson", "psycopg", "requests"):  # imported once, before the fork, not by each process
         importlib.import_module(module)
 
-    batches = [(b, min(b + BATCH - 1, head)) for b in range(first, head + 1, BATCH)]
+    batches = [(b, min(b + batch - 1, head)) for b in range(first, head + 1, batch)]
     procs = [multiprocessing.get_context("fork").Process(target=_lean_part, args=(url, dsn, batches[i::WORKERS]))
              for i in range(WORKERS)]
     for p in procs:
@@ -249,7 +249,7 @@ def rate_cell(blocks_per_second: float) -> str:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_lean":
-        return lean_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return lean_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
     if len(sys.argv) > 1 and sys.argv[1] == "_raw":
         return raw_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
 
@@ -262,6 +262,8 @@ def main() -> None:
     ap.add_argument("--dense", type=int, default=2_000, help="blocks on the dense chain (0 to skip)")
     ap.add_argument("--dense-txs", type=int, default=50, help="transactions per dense block")
     ap.add_argument("--sparse", type=int, default=200_000, help="empty blocks on the sparse chain (0 to skip)")
+    ap.add_argument("--lean-batch", type=int, default=BATCH,
+                    help="blocks per request and per COPY of the lean script (default %(default)s)")
     ap.add_argument("--peers-dir", type=Path, default=REPO / ".cache" / "peers",
                     help="where the peers' virtualenvs are made (kept between runs)")
     ap.add_argument("--python", default=shutil.which("python3.11") or "python3",
@@ -272,6 +274,8 @@ def main() -> None:
     for name in ("dense", "dense_txs", "sparse"):
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must be 0 or more")
+    if not 1 <= args.lean_batch <= 10_000:
+        ap.error("--lean-batch must be 1 to 10,000")
 
     peers = install_peers(args.peers_dir, args.python)
     for name, (bin_dir, why) in peers.items():
@@ -348,7 +352,8 @@ def main() -> None:
                     counts = [c.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("blocks", "transactions")]
                 assert counts == [blocks, transactions], (counts, blocks, transactions)
 
-            run(PEER_COLUMNS[1], [[sys.executable, me, "_lean", node.url, dsn, str(first), str(head)]], lean_check)
+            lean = [sys.executable, me, "_lean", node.url, dsn, str(first), str(head), str(args.lean_batch)]
+            run(PEER_COLUMNS[1], [lean], lean_check)
             drop_database(args.database_url, name)
 
             cryo_bin = peers["cryo"][0]

@@ -48,7 +48,7 @@ import psycopg
 from bench_backfill import drop_database, partitioned_database
 
 from indexer.base import db
-from indexer.base.settings import DEFAULT_BATCH_TRANSACTIONS
+from indexer.base.settings import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TRANSACTIONS
 from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, roots, store
 from indexer.chaindata.prefetch import batch_blocks
 from indexer.node.rpc import RpcClient
@@ -165,7 +165,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
             conn = psycopg.connect(url, autocommit=True, options=db.worker_session_options(300))
             store.prepare(conn)
         n = first
-        size = batch_blocks(None, 100, DEFAULT_BATCH_TRANSACTIONS)
+        size = batch_blocks(None, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TRANSACTIONS)
         while n <= last:
             end = min(n + size - 1, last)
             t0 = time.process_time()
@@ -179,7 +179,7 @@ def worker_ms(rpc_url: str, first: int, last: int, database_url: str | None, rep
             t3 = time.process_time()
             for step, t in zip(spent, (t1 - t0, t2 - t1, t3 - t2)):
                 spent[step] += t
-            size = batch_blocks(len(rows.transactions) / (end - n + 1), 100, DEFAULT_BATCH_TRANSACTIONS)
+            size = batch_blocks(len(rows.transactions) / (end - n + 1), DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TRANSACTIONS)
             n = end + 1
         if conn is not None:
             conn.close()

@@ -82,11 +82,11 @@ def listening(conn: psycopg.Connection) -> int:
 
 
 def test_a_forked_pool_killed_leaves_workers_that_closing_it_ends(conn, db_url, chain_node):
-    with Work(db_url, chain_node.url, "--workers", "2", forked=True) as pool:
+    # A worker sees its pool gone (and stops by itself) at the top of its loop: once both listen,
+    # the next look is a poll interval away, here 300 s.
+    with Work(db_url, chain_node.url, "--workers", "2", forked=True, INDEXER_POLL_SECONDS="300") as pool:
         left = wait_for(lambda: len(w := workers(pool.proc.pid)) == 2 and w, "the pool's two workers")
         started = [start_time(pid) for pid in left]
-        # A worker sees its pool gone (and stops by itself) at the top of its loop; once both
-        # listen, the next look is a poll interval (30 s) away.
         wait_for(lambda: listening(conn) == 2, "both workers to wait for a NOTIFY")
         pool.proc.kill()
         assert pool.proc.wait(30) == -signal.SIGKILL

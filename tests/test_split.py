@@ -9,6 +9,7 @@ import pytest
 
 from indexer.base import db
 from indexer.base.block_range import JOB_KIND
+from indexer.base.settings import DEFAULT_BATCH_SIZE, SMALL_BATCH_BLOCKS
 from indexer.chaindata import store
 from indexer.jobqueue import queue
 from indexer.jobs import planner
@@ -54,6 +55,30 @@ def test_the_running_job_with_most_blocks_left_is_split_and_only_while_each_half
     # Now a has 20 left and b 25: neither holds two batches of 13.
     assert queue.split(conn, JOB_KIND, min_blocks=13) is None
     assert ranges(conn) == [(0, 49), (50, 74), (75, 99)]
+
+
+@pytest.mark.parametrize("left, splits", [(2 * SMALL_BATCH_BLOCKS, True), (2 * SMALL_BATCH_BLOCKS - 1, False)])
+def test_at_the_default_batch_size_a_job_with_two_small_batches_left_is_split(db_url, conn, chain_node, left, splits):
+    """INDEXER_BATCH_SIZE (500) binds only on sparse chains: on a dense one a batch is a few blocks,
+    and a job's last few hundred blocks are still shared, each half holding SMALL_BATCH_BLOCKS."""
+    from indexer.base import settings
+    from indexer.operations.worker import Worker
+
+    planner.plan(conn, 0, left, left)
+    queue.claim(conn, "holder", lease_seconds=LEASE)
+    cfg = settings.load(database_url=db_url, rpc_url=chain_node.url, use_finalized=False, confirmations=0)
+    assert cfg.batch_size == DEFAULT_BATCH_SIZE > 2 * SMALL_BATCH_BLOCKS
+    worker = Worker(cfg)
+    try:
+        taken = worker._split_and_claim()
+    finally:
+        worker.prefetch.shutdown()
+        worker._drop_connections()
+    if splits:
+        assert taken is not None and taken.payload == {"from": left // 2, "to": left - 1}
+        assert ranges(conn) == [(0, left // 2 - 1), (left // 2, left - 1)]
+    else:
+        assert taken is None and ranges(conn) == [(0, left - 1)]
 
 
 def test_a_job_being_written_is_skipped_not_waited_for(conn, db_url):

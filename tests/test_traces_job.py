@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from indexer.base import db
+from indexer.base.settings import DEFAULT_BATCH_SIZE, SMALL_BATCH_BLOCKS
 from indexer.chaindata import traces
-from indexer.testing.anvil import Anvil
+from indexer.testing.anvil import Anvil, build_dense
 from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.node_compare import copy_is_the_node_s
 from indexer.testing.trace_contracts import TraceChain, build_trace_chain
@@ -241,3 +242,15 @@ def test_traces_planned_before_their_blocks_wait_for_them(trace_node, db_url, wo
         assert ("index_traces", "done") in jobs(conn)
         assert conn.execute("SELECT count(DISTINCT block_number) FROM traces").fetchone()[0] == \
             conn.execute("SELECT count(*) FROM blocks WHERE transaction_count > 0").fetchone()[0] > 0
+
+
+def test_at_the_default_batch_size_a_traces_window_holds_at_most_a_small_batch_of_blocks(db_url, conn, work):
+    """A window is one transaction of the database, so the traces it wrote share an xmin. On a chain
+    of one transaction a block, INDEXER_BATCH_SIZE (500) would let a window hold 250 blocks (250
+    calls with no sizing to a provider's rate); it holds SMALL_BATCH_BLOCKS."""
+    assert DEFAULT_BATCH_SIZE > 2 * SMALL_BATCH_BLOCKS
+    with Anvil("--no-mining") as node:
+        build_dense(node, 2 * SMALL_BATCH_BLOCKS + 50, 1)  # a block deploying the emitter, then one call a block
+        index(db_url, node.url, work, end=node.head() + 1)
+    windows = [n for (n,) in conn.execute("SELECT count(DISTINCT block_number) FROM traces GROUP BY xmin::text")]
+    assert sum(windows) == 2 * SMALL_BATCH_BLOCKS + 51 and max(windows) == SMALL_BATCH_BLOCKS, windows

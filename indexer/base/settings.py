@@ -29,6 +29,13 @@ MAX_CHUNK = 1_000_000
 # (BENCHMARKS.md, "Batches of 500 blocks on sparse chains"). Dense chains are cut by
 # transactions whatever this is.
 DEFAULT_BATCH_SIZE = 500
+# What the batch size bounds beside a batch of index_blocks, held at the size it had before the
+# default went to 500: the blocks of a traces window, and the blocks each half of a split job must
+# hold. On a dense chain a batch is cut by transactions far below INDEXER_BATCH_SIZE (about 4
+# mainnet blocks), so a half of 500 would leave a job's last 999 blocks to one worker (half a
+# minute of mainnet) while the others idle; a traces window of 500 empty blocks is 500 calls,
+# with none of a batch's sizing to a provider's rate limit.
+SMALL_BATCH_BLOCKS = 100
 # A batch of 600 of mainnet's transactions is about 6 MB of JSON, twice that parsed; with two
 # batches' worth fetched ahead (prefetch.TRANSACTIONS_AHEAD) a worker peaks at about 120 MB, and
 # its throughput is what 1,000 gave, on anvil's dense chain and the mainnet-shaped one alike

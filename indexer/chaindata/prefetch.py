@@ -28,8 +28,9 @@ from ..jobqueue.claims import keeping_leases
 from ..jobqueue.queue import Claim
 from .chain import Rows
 
-# Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`:
-# small enough to be safe on any chain, and the pipeline is full from the first request.
+# Until a worker has seen how dense the chain is, its batches are this fraction of `batch_size`
+# (50 blocks by default), and the pipeline is full from the first request. What keeps them safe
+# on a dense chain is the fetch, which stops at `batch_transactions` (`chain.fetch_json`).
 PROBE_FRACTION = 10
 # Batches' worth of transactions (`batch_transactions` each) fetched ahead at most.
 TRANSACTIONS_AHEAD = 2
