@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -49,6 +50,14 @@ class Endpoint:
         if s is None:
             s = self._local.session = requests.Session()
             s.headers["Content-Type"] = "application/json"
+            # What requests reads from the environment before every request (the proxies and
+            # NO_PROXY, a CA bundle, ~/.netrc), read once: the URL never changes, and reading it
+            # was a quarter of the HTTP client's CPU a request (BENCHMARKS.md, "The environment
+            # read once a session").
+            s.trust_env = False
+            s.proxies = requests.utils.get_environ_proxies(self.url)
+            s.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+            s.auth = requests.utils.get_netrc_auth(self.url)
         return s
 
 
