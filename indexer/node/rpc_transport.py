@@ -48,17 +48,37 @@ class Endpoint:
     def session(self) -> requests.Session:
         s = getattr(self._local, "session", None)
         if s is None:
-            s = self._local.session = requests.Session()
+            s = _Session()
             s.headers["Content-Type"] = "application/json"
             # What requests reads from the environment before every request (the proxies and
             # NO_PROXY, a CA bundle, ~/.netrc), read once: the URL never changes, and reading it
             # was a quarter of the HTTP client's CPU a request (BENCHMARKS.md, "The environment
-            # read once a session").
+            # read once a session"). A change to them takes effect when the process restarts.
             s.trust_env = False
-            s.proxies = requests.utils.get_environ_proxies(self.url)
+            s.proxies = requests.utils.get_environ_proxies(requests.Request("POST", self.url).prepare().url)
             s.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
             s.auth = requests.utils.get_netrc_auth(self.url)
+            self._local.session = s
         return s
+
+
+class _Session(requests.Session):
+    """A session that reads the environment once (`Endpoint.session`), and again, as requests does
+    by default, for a redirect's new URL: its netrc entry and its proxies."""
+
+    def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
+        self.trust_env = True
+        try:
+            super().rebuild_auth(prepared_request, response)
+        finally:
+            self.trust_env = False
+
+    def rebuild_proxies(self, prepared_request: requests.PreparedRequest, proxies: Any) -> dict[str, str]:
+        self.trust_env = True
+        try:
+            return super().rebuild_proxies(prepared_request, proxies)
+        finally:
+            self.trust_env = False
 
 
 @dataclass(eq=False)

@@ -28,15 +28,23 @@ class Recorder(LoopbackServer):
         super().__init__(handle)
 
 
+class Redirector(LoopbackServer):
+    """Answers every request with a 307 to `to` (a load balancer sending clients elsewhere)."""
+
+    def __init__(self) -> None:
+        self.to = ""
+        super().__init__(lambda request, body: send(request, 307, b"", {"Location": self.to}))
+
+
 @pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[Recorder, Recorder]]:
-    with Recorder() as node, Recorder() as proxy:  # each takes half a second to stop: started once
-        yield node, proxy
+def servers() -> Iterator[tuple[Recorder, Recorder, Redirector]]:
+    with Recorder() as node, Recorder() as proxy, Redirector() as redirector:
+        yield node, proxy, redirector
 
 
 @pytest.fixture
 def recorder(servers) -> Recorder:
-    for server in servers:
+    for server in servers[:2]:
         server.seen.clear()
     return servers[0]
 
@@ -81,3 +89,23 @@ def test_credentials_in_the_url_are_sent(recorder):
     url = recorder.url.replace("http://", "http://bob:pa55@")
     assert RpcClient([url], max_attempts=1).call("eth_chainId") == "0x1"
     assert recorder.seen == [("/", "Basic " + base64.b64encode(b"bob:pa55").decode())]
+
+
+def test_a_redirect_to_another_host_is_sent_its_own_netrc_credentials(recorder, servers, monkeypatch, tmp_path):
+    redirector = servers[2]
+    redirector.to = recorder.url.replace("127.0.0.1", "localhost") + "/"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login alice password s3cret\nmachine localhost login carol password t0ken\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert RpcClient([redirector.url], max_attempts=1).call("eth_chainId") == "0x1"
+    assert recorder.seen == [("/", "Basic " + base64.b64encode(b"carol:t0ken").decode())]
+
+
+def test_a_redirect_out_of_no_proxy_goes_through_the_proxy(recorder, proxy, servers, monkeypatch):
+    redirector = servers[2]
+    redirector.to = "http://node.invalid:8545/"
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert RpcClient([redirector.url], max_attempts=1).call("eth_chainId") == "0x1"
+    assert [target for target, _ in proxy.seen] == ["http://node.invalid:8545/"] and recorder.seen == []
