@@ -54,6 +54,16 @@ def proxy(servers) -> Recorder:
     return servers[1]
 
 
+def use_netrc(monkeypatch: pytest.MonkeyPatch, path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(path))
+
+
+def basic(user: bytes, password: bytes) -> str:
+    return "Basic " + base64.b64encode(user + b":" + password).decode()
+
+
 @pytest.fixture(autouse=True)
 def no_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
@@ -77,29 +87,24 @@ def test_a_host_in_no_proxy_is_asked_directly(recorder, proxy, monkeypatch):
 
 
 def test_credentials_in_netrc_are_sent(recorder, monkeypatch, tmp_path):
-    netrc = tmp_path / "netrc"
-    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
+    use_netrc(monkeypatch, tmp_path / "netrc", "machine 127.0.0.1 login alice password s3cret\n")
     assert RpcClient([recorder.url], max_attempts=1).call("eth_chainId") == "0x1"
-    assert recorder.seen == [("/", "Basic " + base64.b64encode(b"alice:s3cret").decode())]
+    assert recorder.seen == [("/", basic(b"alice", b"s3cret"))]
 
 
 def test_credentials_in_the_url_are_sent(recorder):
     url = recorder.url.replace("http://", "http://bob:pa55@")
     assert RpcClient([url], max_attempts=1).call("eth_chainId") == "0x1"
-    assert recorder.seen == [("/", "Basic " + base64.b64encode(b"bob:pa55").decode())]
+    assert recorder.seen == [("/", basic(b"bob", b"pa55"))]
 
 
 def test_a_redirect_to_another_host_is_sent_its_own_netrc_credentials(recorder, servers, monkeypatch, tmp_path):
     redirector = servers[2]
     redirector.to = recorder.url.replace("127.0.0.1", "localhost") + "/"
-    netrc = tmp_path / "netrc"
-    netrc.write_text("machine 127.0.0.1 login alice password s3cret\nmachine localhost login carol password t0ken\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
+    use_netrc(monkeypatch, tmp_path / "netrc",
+              "machine 127.0.0.1 login alice password s3cret\nmachine localhost login carol password t0ken\n")
     assert RpcClient([redirector.url], max_attempts=1).call("eth_chainId") == "0x1"
-    assert recorder.seen == [("/", "Basic " + base64.b64encode(b"carol:t0ken").decode())]
+    assert recorder.seen == [("/", basic(b"carol", b"t0ken"))]
 
 
 def test_a_redirect_out_of_no_proxy_goes_through_the_proxy(recorder, proxy, servers, monkeypatch):
