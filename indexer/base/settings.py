@@ -231,6 +231,12 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def small_batch(self) -> int:
+        """The blocks of a traces window, and the fewest of each half of a split job: a batch, or
+        SMALL_BATCH_BLOCKS where batches are larger."""
+        return min(self.batch_size, SMALL_BATCH_BLOCKS)
+
+    @property
     def safe_tag(self) -> str | None:
         """The node's tag the safe head is read from, or None: the head minus the confirmations."""
         return self.finality_tag if self.use_finalized else None

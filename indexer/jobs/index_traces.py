@@ -2,8 +2,8 @@
 completion.
 
 1. A window is the stored blocks from the job's cursor that hold about
-   INDEXER_TRACE_BATCH_TRANSACTIONS transactions (at least one block, at most INDEXER_BATCH_SIZE
-   or `settings.SMALL_BATCH_BLOCKS`, whichever is fewer).
+   INDEXER_TRACE_BATCH_TRANSACTIONS transactions (at least one block, at most
+   `Settings.small_batch`).
    Traces are checked against what is stored, so a block not stored yet stops the job there: it
    waits (deferred, no attempt spent) while a live `index_blocks` job will store it, and is
    given back otherwise (`claims.Unready`: it fails after its attempts, saying what to plan).
@@ -36,7 +36,6 @@ from psycopg.types.json import Jsonb
 from ..base import metrics
 from ..base.block_range import BlockRange
 from ..base.errors import ChainDataError
-from ..base.settings import SMALL_BATCH_BLOCKS, Settings
 from ..base.states import Outcome
 from ..chaindata import traces
 from ..chaindata.chain import CHAIN_DATA_ATTEMPTS
@@ -57,7 +56,7 @@ T = TypeVar("T")
 CALL_TRACER = {"tracer": "callTracer"}
 
 # The last block of the window starting at `first`: the blocks up to `last` (the job's end, or
-# `window_blocks` on) while the transactions before each stay under the target, and at
+# `Settings.small_batch` blocks on) while the transactions before each stay under the target, and at
 # least `first`.
 WINDOW_END = """
 SELECT coalesce(max(number), %(first)s) FROM (
@@ -120,11 +119,6 @@ class StoredBlock:
 
     def as_block(self) -> dict[str, Any]:
         return {"hash": self.hash, "transactions": self.transactions}
-
-
-def window_blocks(cfg: Settings) -> int:
-    """The most blocks a traces window holds."""
-    return min(cfg.batch_size, SMALL_BATCH_BLOCKS)
 
 
 def stored_blocks(conn: psycopg.Connection, first: int, last: int) -> list[StoredBlock]:
@@ -286,7 +280,7 @@ def run(ctx: JobContext, job: Claim) -> Ended:
     while cursor <= blocks.last:
         if ctx.stop.is_set():
             raise Stopping()
-        last = conn.execute(WINDOW_END, {"first": cursor, "last": min(blocks.last, cursor + window_blocks(cfg) - 1),
+        last = conn.execute(WINDOW_END, {"first": cursor, "last": min(blocks.last, cursor + cfg.small_batch - 1),
                                          "transactions": cfg.trace_batch_transactions}).fetchone()[0]
         stored = stored_blocks(conn, cursor, last)
         missing = next((n for n, b in enumerate(stored, cursor) if b.number != n), cursor + len(stored))

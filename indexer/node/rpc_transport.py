@@ -12,8 +12,9 @@ import socket
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import msgspec
 import orjson
@@ -66,19 +67,21 @@ class _Session(requests.Session):
     """A session that reads the environment once (`Endpoint.session`), and again, as requests does
     by default, for a redirect's new URL: its netrc entry and its proxies."""
 
-    def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
+    @contextmanager
+    def _trusting_env(self) -> Iterator[None]:
         self.trust_env = True
         try:
-            super().rebuild_auth(prepared_request, response)
+            yield
         finally:
             self.trust_env = False
 
+    def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
+        with self._trusting_env():
+            super().rebuild_auth(prepared_request, response)
+
     def rebuild_proxies(self, prepared_request: requests.PreparedRequest, proxies: Any) -> dict[str, str]:
-        self.trust_env = True
-        try:
+        with self._trusting_env():
             return super().rebuild_proxies(prepared_request, proxies)
-        finally:
-            self.trust_env = False
 
 
 @dataclass(eq=False)

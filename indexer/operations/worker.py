@@ -37,7 +37,7 @@ from ..base import db, logs, metrics, signals
 from ..base.block_range import DECODE_LOGS, INDEX_PARTITION, INDEX_TRACES
 from ..base.block_range import JOB_KIND as INDEX_BLOCKS
 from ..base.errors import ChainDataError, Secrets, first_line, redact
-from ..base.settings import SMALL_BATCH_BLOCKS, Settings
+from ..base.settings import Settings
 from ..base.states import JobStatus, Outcome
 from ..chaindata import store
 from ..chaindata.chain import SafeHead
@@ -231,9 +231,8 @@ class Worker:
     def _split_and_claim(self) -> Claim | None:
         """With nothing to claim: the second half of the blocks left of the running job with the
         most left (`queue.split`), so that no worker idles while one holds a long job; claimed.
-        A job is split only while each half would hold at least a batch (INDEXER_BATCH_SIZE blocks)
-        or `settings.SMALL_BATCH_BLOCKS`, whichever is fewer."""
-        made = queue.split(self.conn, INDEX_BLOCKS, min_blocks=min(self.cfg.batch_size, SMALL_BATCH_BLOCKS))
+        A job is split only while each half would hold `Settings.small_batch` blocks."""
+        made = queue.split(self.conn, INDEX_BLOCKS, min_blocks=self.cfg.small_batch)
         if made is None:
             return None
         metrics.counted.job_splits.inc()
