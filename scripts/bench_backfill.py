@@ -291,14 +291,17 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
 
 # -- the database's own limit: the same rows, pre-encoded, copied by a loader that does nothing else --
 
-_ENCODED: list[dict[str, list[str]]] = []  # one batch a dict, table -> COPY lines; forked into the loaders
+# One batch a list of (COPY statement, its data), in the form store.write sends; forked into the loaders.
+Encoded = list[list[tuple[str, "str | bytes"]]]
+_ENCODED: Encoded = []
 
 
 def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
-                batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> list[dict[str, list[str]]]:
-    """Every row `indexer work` writes for blocks first..head, as COPY lines in the worker's
-    batches: the chain tables' rows as `chain.decode` makes them, and the token transfers the
-    decode jobs make of them (decoded here in a scratch database, then copied out as text)."""
+                batch_transactions: int = DEFAULT_BATCH_TRANSACTIONS) -> Encoded:
+    """Every row `indexer work` writes for blocks first..head, as COPY data in the worker's
+    batches: the chain tables' rows as `chain.decode` makes them, in the form `store.write` sends
+    them (binary where it can), and the token transfers the decode jobs make of them (decoded
+    here in a scratch database, then copied out as text)."""
     name = f"bench_{os.getpid()}_encode"
     url = partitioned_database(admin_url, name, first_block, head)
     client = RpcClient([rpc_url], timeout=120, max_attempts=1)
@@ -315,8 +318,11 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
                 token_transfers.decode_range(conn, first, last)
             with conn.cursor().copy(LOADED_TRANSFERS, {"first": first, "last": last}) as copy:
                 transfers = b"".join(copy).decode().splitlines()
-            batches.append({"blocks": rows.blocks, "transactions": rows.transactions, "logs": rows.logs,
-                            "withdrawals": rows.withdrawals, "token_transfers": transfers})
+            batches.append([store.payload(LOADER_COPIES[table], table, lines) for table, lines in (
+                ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
+                ("withdrawals", rows.withdrawals)) if lines])
+            if transfers:
+                batches[-1].append((LOADER_COPIES["token_transfers"], "\n".join(transfers) + "\n"))
             size = batch_blocks(len(rows.transactions) / (last - first + 1), DEFAULT_BATCH_SIZE, batch_transactions)
             first = last + 1
     drop_database(admin_url, name)
@@ -337,13 +343,12 @@ def _load(job: tuple[str, int, int]) -> None:
     with psycopg.connect(url, autocommit=True, options=worker_session_options(300)) as conn:
         for batch in _ENCODED[start::step]:
             with conn.transaction():
-                for table, lines in batch.items():
-                    if lines:
-                        with conn.cursor().copy(LOADER_COPIES[table]) as copy:
-                            copy.write("\n".join(lines) + "\n")
+                for statement, data in batch:
+                    with conn.cursor().copy(statement) as copy:
+                        copy.write(data)
 
 
-def lean_loader(admin_url: str, first: int, head: int, encoded: list[dict[str, list[str]]], cores: Cores,
+def lean_loader(admin_url: str, first: int, head: int, encoded: Encoded, cores: Cores,
                 *, sessions: int = 2, index_now: bool = False) -> float:
     """Blocks/s of copying the pre-encoded rows into a fresh database, `sessions` at a time (its
     partitions made first, as a plan makes them, not timed), then building the query indexes as
@@ -511,7 +516,8 @@ def main() -> None:
               f"| {1000 * i_cores.rest / rate:.2f} | {one_core} |")
     print()
     if loaded:
-        print("The lean loader: the same rows (the chain tables' and the decoded token transfers'), pre-encoded,"
+        print("The lean loader: the same rows (the chain tables' and the decoded token transfers'), pre-encoded as"
+              " store.write sends them (binary COPY where it can),"
               " copied by 2 sessions in the workers' batches with their session settings, then the query indexes"
               f" built (INDEXER_QUERY_INDEXES={args.query_indexes}); held against the mean of the loader runs just"
               " before and just after each indexer run. CPU in ms per block.\n")

@@ -5,9 +5,10 @@ into the wheel, or for an editable install next to its source:
   C"), its parts in `native_roots/`;
 - `indexer/chaindata/_native_rows.c`, rows.py's COPY lines (BENCHMARKS.md, "Rows encoded in C"),
   its parts in `native_rows/`;
-both with `native_shared/`. An extension no compiler could build is left out of the wheel, which
+- `indexer/chaindata/_native_copy.c`, those lines as a binary COPY (BENCHMARKS.md, "Binary COPY");
+each with `native_shared/`. An extension no compiler could build is left out of the wheel, which
 says so on stderr: the Python it stands in front of (`roots.check_block`, rows.py) then does all
-the work, slower and with the same results. INDEXER_NATIVE=0 builds without either on purpose
+the work, slower and with the same results. INDEXER_NATIVE=0 builds without any on purpose
 (the tests of that fallback).
 """
 
@@ -28,6 +29,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCES = {
     "indexer/chaindata/_native_roots.c": "the root checks will run in Python only",
     "indexer/chaindata/_native_rows.c": "the rows will be encoded in Python only",
+    "indexer/chaindata/_native_copy.c": "every COPY will be text",
 }
 
 

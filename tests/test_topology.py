@@ -292,7 +292,7 @@ def test_the_images_build_stage_has_what_the_wheel_needs_and_compiles_the_c_exte
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "wheels").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for extension in ("_native_roots", "_native_rows"):
+    for extension in ("_native_roots", "_native_rows", "_native_copy"):
         assert any(n.startswith(f"indexer/chaindata/{extension}.") and n.endswith(".so") for n in names), names
     assert "indexer/schema/001_jobs.sql" in names
     assert "-py3-none-any" not in wheel.name  # a platform wheel: the extension is in it

@@ -160,3 +160,40 @@ WITHDRAWAL_COLUMNS = (
     "block_number", "position", "withdrawal_index", "validator_index", "address", "amount",
     "extra",
 )
+
+# Each COPY column's type in the tables (schema/), which a binary COPY must write exactly
+# (`store.py`; tests/test_binary_copy.py compares them with the migrated database's).
+BIGINT, INTEGER, SMALLINT = "bigint", "integer", "smallint"
+UINT256, UINT64 = "numeric(78,0)", "numeric(20,0)"
+BYTEA, BYTEA_ARRAY, JSONB, TIMESTAMPTZ = "bytea", "bytea[]", "jsonb", "timestamp with time zone"
+COLUMN_TYPES: dict[str, dict[str, str]] = {
+    "blocks": {
+        "number": BIGINT, "hash": BYTEA, "parent_hash": BYTEA, "timestamp": TIMESTAMPTZ, "miner": BYTEA,
+        "gas_used": BIGINT, "gas_limit": BIGINT, "base_fee_per_gas": UINT256, "transaction_count": INTEGER,
+        "log_count": INTEGER, "size": BIGINT, "extra_data": BYTEA, "state_root": BYTEA,
+        "transactions_root": BYTEA, "receipts_root": BYTEA, "nonce": BYTEA, "mix_hash": BYTEA,
+        "sha3_uncles": BYTEA, "difficulty": UINT256, "total_difficulty": UINT256, "withdrawals_root": BYTEA,
+        "withdrawal_count": INTEGER, "blob_gas_used": BIGINT, "excess_blob_gas": BIGINT,
+        "parent_beacon_block_root": BYTEA, "requests_hash": BYTEA, "logs_bloom": BYTEA, "uncles": BYTEA_ARRAY,
+        "extra": JSONB,
+    },
+    "transactions": {
+        "block_number": BIGINT, "transaction_index": INTEGER, "hash": BYTEA, "from_address": BYTEA,
+        "to_address": BYTEA, "value": UINT256, "gas": BIGINT, "gas_price": UINT256, "max_fee_per_gas": UINT256,
+        "max_priority_fee_per_gas": UINT256, "nonce": UINT64, "type": SMALLINT, "status": SMALLINT,
+        "gas_used": BIGINT, "cumulative_gas_used": BIGINT, "effective_gas_price": UINT256,
+        "contract_address": BYTEA, "chain_id": UINT256, "v": UINT256, "r": UINT256, "s": UINT256,
+        "y_parity": SMALLINT, "max_fee_per_blob_gas": UINT256, "root": BYTEA, "blob_gas_used": BIGINT,
+        "blob_gas_price": UINT256, "logs_bloom": BYTEA, "input": BYTEA, "blob_versioned_hashes": BYTEA_ARRAY,
+        "access_list": JSONB, "authorization_list": JSONB, "extra": JSONB, "receipt_extra": JSONB,
+    },
+    "logs": {
+        "block_number": BIGINT, "log_index": INTEGER, "transaction_index": INTEGER, "transaction_hash": BYTEA,
+        "address": BYTEA, "topic0": BYTEA, "topic1": BYTEA, "topic2": BYTEA, "topic3": BYTEA, "data": BYTEA,
+        "extra": JSONB,
+    },
+    "withdrawals": {
+        "block_number": BIGINT, "position": INTEGER, "withdrawal_index": BIGINT, "validator_index": BIGINT,
+        "address": BYTEA, "amount": UINT64, "extra": JSONB,
+    },
+}

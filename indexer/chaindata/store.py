@@ -16,14 +16,28 @@ Indexing a range again yields the same rows (the queue is at-least-once):
   served a fork) is replaced, and its old transactions, logs and withdrawals are deleted first.
 The caller owns the transaction: the worker puts its heartbeat in the same one, so a worker
 whose claim is gone cannot write anything.
+
+Each table's lines go in PostgreSQL's binary COPY form where the install compiled
+`_native_copy.c`, which turns rows.py's text lines into it: the database then takes in bytes and
+integers instead of parsing each block's hex digits and decimal numbers (BENCHMARKS.md, "Binary
+COPY"). Lines it declines (a form rows.py's fast paths do not write, a value the column cannot
+hold) go as text, as they all do without the module, and are stored or refused as before.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from .columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
+from .columns import (BIGINT, BLOCK_COLUMNS, BYTEA, BYTEA_ARRAY, COLUMN_TYPES, INTEGER, JSONB, LOG_COLUMNS, SMALLINT,
+                      TIMESTAMPTZ, TRANSACTION_COLUMNS, UINT64, UINT256, WITHDRAWAL_COLUMNS)
 from .rows import Rows
+
+try:
+    from . import _native_copy
+except ImportError:  # installed where no C compiler was found: every COPY is text
+    _native_copy = None
+
+NATIVE = _native_copy is not None
 
 _B, _T, _L, _W = (", ".join(cols) for cols in (BLOCK_COLUMNS, TRANSACTION_COLUMNS, LOG_COLUMNS,
                                                WITHDRAWAL_COLUMNS))
@@ -45,6 +59,16 @@ COPY_STAGE_BLOCKS = f"COPY stage_blocks ({_B}) FROM STDIN"
 COPY_STAGE_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
 COPY_STAGE_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
 COPY_STAGE_WITHDRAWALS = f"COPY stage_withdrawals ({_W}) FROM STDIN"
+
+# Appended to any of the statements above for lines `_native_copy.encode` turned into binary.
+IN_BINARY = " (FORMAT binary)"
+
+# Each type's byte in `_native_copy.encode`'s kinds, and each table's kinds in line order.
+_KIND = {BIGINT: "8", INTEGER: "4", SMALLINT: "2", UINT256: "N", UINT64: "n", BYTEA: "b", BYTEA_ARRAY: "a",
+         JSONB: "j", TIMESTAMPTZ: "t"}
+COPY_KINDS = {table: "".join(_KIND[COLUMN_TYPES[table][column]] for column in columns).encode()
+              for table, columns in (("blocks", BLOCK_COLUMNS), ("transactions", TRANSACTION_COLUMNS),
+                                     ("logs", LOG_COLUMNS), ("withdrawals", WITHDRAWAL_COLUMNS))}
 
 # Its own statement, before the merge: within one statement the inserts below would still see
 # the rows this deletes and skip the new versions as conflicts.
@@ -83,9 +107,19 @@ def prepare(conn: psycopg.Connection) -> None:
         conn.commit()
 
 
-def _copy(conn: psycopg.Connection, statement: str, lines: list[str]) -> None:
+def payload(statement: str, table: str, lines: list[str]) -> tuple[str, str | bytes]:
+    """The COPY statement and its data for one table's lines: binary where `_native_copy` takes
+    every line, text otherwise."""
+    binary = _native_copy.encode(lines, COPY_KINDS[table]) if _native_copy is not None else None
+    if binary is None:
+        return statement, "\n".join(lines) + "\n"
+    return statement + IN_BINARY, binary
+
+
+def _copy(conn: psycopg.Connection, statement: str, table: str, lines: list[str]) -> None:
+    statement, data = payload(statement, table, lines)
     with conn.cursor().copy(statement) as copy:
-        copy.write("\n".join(lines) + "\n")
+        copy.write(data)
 
 
 def write(conn: psycopg.Connection, rows: Rows) -> None:
@@ -105,13 +139,13 @@ def write(conn: psycopg.Connection, rows: Rows) -> None:
 
 def _copy_all(conn: psycopg.Connection, rows: Rows, blocks: str, transactions: str, logs: str,
               withdrawals: str) -> None:
-    _copy(conn, blocks, rows.blocks)
+    _copy(conn, blocks, "blocks", rows.blocks)
     if rows.transactions:
-        _copy(conn, transactions, rows.transactions)
+        _copy(conn, transactions, "transactions", rows.transactions)
     if rows.logs:
-        _copy(conn, logs, rows.logs)
+        _copy(conn, logs, "logs", rows.logs)
     if rows.withdrawals:
-        _copy(conn, withdrawals, rows.withdrawals)
+        _copy(conn, withdrawals, "withdrawals", rows.withdrawals)
 
 
 RECORD_CHAIN_ID = """

@@ -59,7 +59,8 @@ def checkout(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     (tmp_path / "indexer" / "chaindata").mkdir(parents=True)
     for name in ("scripts/setup-venv", "scripts/build_native.py", "pyproject.toml", "constraints.txt",
-                 "indexer/chaindata/_native_roots.c", "indexer/chaindata/_native_rows.c"):
+                 "indexer/chaindata/_native_roots.c", "indexer/chaindata/_native_rows.c",
+                 "indexer/chaindata/_native_copy.c"):
         shutil.copy2(REPO / name, tmp_path / name)
     for parts in ("native_roots", "native_rows", "native_shared"):
         shutil.copytree(REPO / "indexer" / "chaindata" / parts, tmp_path / "indexer" / "chaindata" / parts)
@@ -85,7 +86,8 @@ def installs(checkout: Path, *, uv_too: bool) -> list[str]:
     return uv + [f"uv pip install --python {python} -c {checkout}/constraints.txt"
                  f" --reinstall-package skiplock-indexer -e {checkout}[test]",
                  "python -c from indexer.chaindata import roots; assert roots.NATIVE",
-                 "python -c from indexer.chaindata import rows; assert rows.NATIVE"]
+                 "python -c from indexer.chaindata import rows; assert rows.NATIVE",
+                 "python -c from indexer.chaindata import store; assert store.NATIVE"]
 
 
 def setup_venv(root: Path, *extra: str) -> tuple[list[str], str]:
@@ -129,7 +131,7 @@ def test_a_changed_constraints_file_runs_pip_again_with_the_extras_installed_bef
 
 
 @pytest.mark.parametrize("part", ["native_roots/trie.h", "_native_rows.c", "native_rows/fields.h",
-                                  "native_shared/hex.h"])
+                                  "native_shared/hex.h", "_native_copy.c"])
 def test_a_changed_c_part_installs_again_and_a_failed_compile_is_said(checkout: Path, part: str):
     """The C extensions are compiled by the install: a change to any part of them must reach the
     venv, and an install that could not compile them says so of each (the Python they stand in
@@ -142,4 +144,5 @@ def test_a_changed_c_part_installs_again_and_a_failed_compile_is_said(checkout: 
     assert ran == installs(checkout, uv_too=False)
     assert "setup-venv: warning: indexer/chaindata/_native_roots.c was not compiled" in said
     assert "setup-venv: warning: indexer/chaindata/_native_rows.c was not compiled" in said
+    assert "setup-venv: warning: indexer/chaindata/_native_copy.c was not compiled" in said
     assert setup_venv(checkout, "test") == ([], "")

@@ -28,7 +28,7 @@ static void init_nibbles(void)
         NIBBLE['a' + i] = NIBBLE['A' + i] = (int8_t)(10 + i);
 }
 
-static int has_hex_prefix(const char *s, Py_ssize_t n)
+static inline int has_hex_prefix(const char *s, Py_ssize_t n)
 {
     return n >= 2 && s[0] == '0' && s[1] == 'x';
 }

@@ -1,0 +1,232 @@
+"""rows.py's text COPY lines turned into a binary COPY (`indexer/chaindata/_native_copy.c`, what
+`store.write` sends where it was built), against PostgreSQL's own reading of the text: every
+recorded block of every chain is stored with the same values either way, each table in binary;
+and for hostile fields of every column type (and random ones), the binary form stores exactly
+what the text form stores, or is declined (the table then goes as text); never another value,
+and never a value the text form would have refused."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from indexer.chaindata import columns, store
+from indexer.chaindata.chain import decode
+from indexer.jobs import partitions
+from indexer.testing.fixtures import load, names
+
+from .test_store_fields import ORDER, TABLES, number_of
+
+native = store._native_copy
+
+
+def test_the_extension_is_built() -> None:
+    """The suite's machines have a C compiler: every COPY in text there is a broken build."""
+    assert native is not None, "indexer/chaindata/_native_copy.c is not built: run scripts/setup-venv"
+    assert store.NATIVE
+
+
+def test_the_column_types_are_the_tables_types(conn: psycopg.Connection) -> None:
+    """A binary COPY must write each column in its type's own form: columns.py's types are the
+    migrated tables' types, for every COPY column."""
+    for table, column_names in (("blocks", columns.BLOCK_COLUMNS), ("transactions", columns.TRANSACTION_COLUMNS),
+                                ("logs", columns.LOG_COLUMNS), ("withdrawals", columns.WITHDRAWAL_COLUMNS)):
+        stored = dict(conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped", (table,)).fetchall())
+        assert {column: stored[column] for column in column_names} == columns.COLUMN_TYPES[table]
+
+
+def stored_text(conn: psycopg.Connection, number: int) -> dict[str, list[tuple[Any, ...]]]:
+    """Every stored row of one block, each value as PostgreSQL's text of it."""
+    key = {"blocks": "number"}
+    return {table: conn.execute(f"SELECT t::text FROM {table} t WHERE {key.get(table, 'block_number')} = %s"
+                                f" ORDER BY {ORDER[table]}", (number,)).fetchall()
+            for table in TABLES}
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_recorded_block_is_stored_the_same_in_binary_as_in_text(
+        name: str, conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = load(name)
+    number = number_of(recorded)
+    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
+    partitions.ensure(conn, number, number)
+    sent: list[str] = []
+    real_copy = psycopg.Cursor.copy
+
+    def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(statement)
+        return real_copy(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    with conn.transaction():
+        store.write(conn, rows)
+    in_binary = stored_text(conn, number)
+    assert sent and all(statement.endswith(store.IN_BINARY) for statement in sent), sent
+    for table in TABLES:
+        conn.execute(f"DELETE FROM {table}")
+    monkeypatch.setattr(store, "_native_copy", None)
+    sent.clear()
+    with conn.transaction():
+        store.write(conn, rows)
+    assert sent and not any(statement.endswith(store.IN_BINARY) for statement in sent)
+    assert stored_text(conn, number) == in_binary
+    assert in_binary["blocks"]
+
+
+# --- every column type, field by field ------------------------------------------------------------
+
+KIND = store._KIND  # each column type's byte in `encode`'s kinds
+TYPES = tuple(KIND)
+
+B = "\\\\x"  # a bytea's \x, its backslash escaped for COPY
+FIELDS = {
+    "bigint": ["0", "7", "007", "9223372036854775807", "9223372036854775808", "00000000000000000001", "-1",
+               "+1", " 1", "1 ", "", "1e3", "0x10", "18446744073709551616"],
+    "integer": ["0", "2147483647", "2147483648", "4294967295", "-2147483648", "12a"],
+    "smallint": ["0", "32767", "32768", "65535", "-1"],
+    "numeric(78,0)": ["0", "000", "1", "10000", "100000000", "9999", "12345678901234567890",
+                      "9" * 78, "1" + "0" * 77, "1" + "0" * 78, "0" * 100 + "5", "1.0", "-5", "NaN", "1e5", ""],
+    "numeric(20,0)": ["18446744073709551615", "9" * 20, "1" + "0" * 20, "0"],
+    "bytea": [B, B + "ab", B + "AbCdEf", B + "abc", B + "ab cd", B + "zz", "\\x", "ab", B + "a", "\\\\\\\\x"],
+    "bytea[]": ["{}", '{"\\\\\\\\xab"}', '{"\\\\\\\\xab","\\\\\\\\x"}', '{"\\\\\\\\xab",}', "{NULL}",
+                '{"\\\\\\\\xabc"}', '{"\\\\\\\\xab""}', '{{"\\\\\\\\xab"}}', "{", '{"\\\\\\\\xab"', '{,}',
+                '{"\\\\\\\\xab" ,"\\\\\\\\xcd"}', '{"\\\\\\\\xAB","\\\\\\\\xcd","\\\\\\\\x00"}'],
+    "jsonb": ["[]", "{}", '{"a":1}', '"tab\\tnew\\nline\\rcr"', '"back\\\\\\\\slash"', '{"a":"\\\\u0041"}',
+              '{"a":', "nonsense", '"\\x41"', '"\\b"', '{"a":1,"a":2}', "12345678901234567890123",
+              '"\\\\"'],
+    "timestamp with time zone": ["1970-01-01 00:00:00+00", "2023-08-26 12:34:56+00", "2024-02-29 23:59:59+00",
+                                 "2023-02-29 00:00:00+00", "2023-13-01 00:00:00+00", "2023-01-01 24:00:00+00",
+                                 "2023-01-01 23:59:60+00", "9999-12-31 23:59:59+00", "0001-01-01 00:00:00+00",
+                                 "2023-01-01 00:00:00+01", "2023-1-01 00:00:00+00", "10000-01-01 00:00:00+00",
+                                 "2000-01-01 00:00:00+00", "1999-12-31 23:59:59+00"],
+}
+
+
+@pytest.fixture
+def scratch(conn: psycopg.Connection) -> psycopg.Connection:
+    """A table of one column of each type, and a second one like it."""
+    columns_sql = ", ".join(f"c{i} {type_}" for i, type_ in enumerate(TYPES))
+    conn.execute(f"CREATE TABLE as_text ({columns_sql})")
+    conn.execute(f"CREATE TABLE as_binary ({columns_sql})")
+    conn.commit()
+    return conn
+
+
+def one_field(type_: str, field: str) -> str:
+    """A line with `field` in `type_`'s column and NULL in every other."""
+    return "\t".join(field if t == type_ else "\\N" for t in TYPES)
+
+
+KINDS = "".join(KIND[t] for t in TYPES).encode()
+
+
+def copied(conn: psycopg.Connection, statement: str, data: str | bytes) -> str | None:
+    """The row's text as stored by `statement`, or None where PostgreSQL refused it."""
+    table = statement.split()[1]
+    try:
+        with conn.transaction():
+            with conn.cursor().copy(statement) as copy:
+                copy.write(data)
+            value = conn.execute(f"SELECT t::text FROM {table} t").fetchone()[0]
+            conn.execute(f"DELETE FROM {table}")
+            return value
+    except psycopg.Error:
+        return None
+
+
+def compare(conn: psycopg.Connection, line: str) -> str:
+    """'same', 'declined' (binary declined what text stores) or 'refused' (text refused, and
+    binary declined it or was refused too); an AssertionError where the two differ."""
+    binary = native.encode([line], KINDS)
+    text_value = copied(conn, "COPY as_text FROM STDIN", line + "\n")
+    binary_value = None if binary is None else copied(conn, "COPY as_binary FROM STDIN (FORMAT binary)", binary)
+    assert binary is None or binary_value == text_value, (line, text_value, binary_value)
+    return "refused" if text_value is None else "declined" if binary is None else "same"
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_each_field_is_stored_as_text_stores_it_or_declined(type_: str, scratch: psycopg.Connection) -> None:
+    outcomes = {field: compare(scratch, one_field(type_, field)) for field in [*FIELDS[type_], "\\N"]}
+    # The forms rows.py writes are taken in binary, not left to text.
+    assert outcomes[FIELDS[type_][0]] == "same"
+    assert outcomes["\\N"] == "same"
+    assert "same" in outcomes.values() and "refused" in outcomes.values(), outcomes
+
+
+ALPHABET = {
+    "bigint": "0123456789-+ e", "integer": "0123456789-", "smallint": "0123456789",
+    "numeric(78,0)": "00123456789.-", "numeric(20,0)": "0123456789",
+    "bytea": "\\xabcdefABCDEF0123456789 g", "bytea[]": '{}",\\xab0 N', "jsonb": '{}[]":,\\tnrab1 ',
+    "timestamp with time zone": "0123456789-: +",
+}
+
+
+@pytest.mark.parametrize("type_", TYPES)
+def test_random_fields_are_stored_as_text_stores_them_or_declined(type_: str, scratch: psycopg.Connection) -> None:
+    """Fields made at random from the characters that matter to each type, and from the forms
+    above with one character changed: binary never stores another value than text."""
+    rng = random.Random(f"binary-copy-{type_}")
+    seen = {"same": 0, "declined": 0, "refused": 0}
+    for _ in range(150):
+        if rng.random() < 0.5:
+            field = "".join(rng.choice(ALPHABET[type_]) for _ in range(rng.randint(0, 24)))
+        else:
+            field = list(rng.choice(FIELDS[type_]))
+            if field:
+                field[rng.randrange(len(field))] = rng.choice(ALPHABET[type_])
+            field = "".join(field)
+        seen[compare(scratch, one_field(type_, field))] += 1
+    assert seen["same"] > 0, seen
+
+
+@pytest.mark.parametrize("line", [
+    "\t".join(["1"] * (len(TYPES) - 1)),  # a field short
+    "\t".join(["\\N"] * (len(TYPES) + 1)),  # a field more
+    one_field("jsonb", '"a\nb"'),  # a raw newline: two lines to the text COPY
+    one_field("jsonb", '"a\rb"'),
+    one_field("jsonb", '"é"'),  # not ASCII: the text COPY's encoding rules
+])
+def test_a_line_the_text_copy_would_read_otherwise_is_declined(line: str) -> None:
+    assert native.encode([line], KINDS) is None
+    assert native.encode([one_field("bigint", "1"), line], KINDS) is None
+
+
+def test_every_line_of_a_table_goes_in_one_form() -> None:
+    good = one_field("bigint", "1")
+    encoded = native.encode([good, good], KINDS)
+    assert encoded.startswith(b"PGCOPY\n\xff\r\n\x00") and encoded.endswith(b"\xff\xff")
+    assert native.encode([], KINDS) == b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff"
+    with pytest.raises(TypeError):
+        native.encode((good,), KINDS)
+    with pytest.raises(ValueError):
+        native.encode([good], b"")
+
+
+def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Connection,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An L2's `extra` with a character outside ASCII: its table goes as text, the others in
+    binary, and the block reads back whole."""
+    recorded = load("optimism-sepolia-4089330")
+    number = number_of(recorded)
+    recorded["block"]["transactions"][0]["note"] = "naïve"
+    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
+    partitions.ensure(conn, number, number)
+    sent: list[str] = []
+    real_copy = psycopg.Cursor.copy
+
+    def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(("binary " if statement.endswith(store.IN_BINARY) else "text ") + statement.split()[1])
+        return real_copy(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    with conn.transaction():
+        store.write(conn, rows)
+    assert "text transactions" in sent and "binary blocks" in sent, sent
+    note = conn.execute("SELECT extra->>'note' FROM transactions WHERE block_number = %s AND transaction_index = 0",
+                        (number,)).fetchone()[0]
+    assert note == "naïve"
