@@ -5,10 +5,11 @@ into the wheel, or for an editable install next to its source:
   C"), its parts in `native_roots/`;
 - `indexer/chaindata/_native_rows.c`, rows.py's COPY lines (BENCHMARKS.md, "Rows encoded in C"),
   its parts in `native_rows/`;
-- `indexer/chaindata/_native_copy.c`, those lines as a binary COPY (BENCHMARKS.md, "Binary COPY");
+- `indexer/chaindata/_native_copy.c`, those lines as a binary COPY (BENCHMARKS.md, "Binary COPY,
+  taken");
 each with `native_shared/`. An extension no compiler could build is left out of the wheel, which
-says so on stderr: the Python it stands in front of (`roots.check_block`, rows.py) then does all
-the work, slower and with the same results. INDEXER_NATIVE=0 builds without any on purpose
+says so on stderr: the Python it stands in front of (`roots.check_block`, rows.py, store.py's
+text COPY) then does all the work, slower and with the same results. INDEXER_NATIVE=0 builds without any on purpose
 (the tests of that fallback).
 """
 

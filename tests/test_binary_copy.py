@@ -230,3 +230,26 @@ def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Con
     note = conn.execute("SELECT extra->>'note' FROM transactions WHERE block_number = %s AND transaction_index = 0",
                         (number,)).fetchone()[0]
     assert note == "naïve"
+
+
+def test_the_widest_forms_fit_the_buffer_sized_for_them() -> None:
+    """The output is sized before it is written, from the text and 72 bytes a column: the forms
+    that grow the most (a one-digit number into 8 or 12 bytes, `{}` into an array's header) over
+    the most columns COPY allows come out whole."""
+    for kind, field, size in ((b"8", "0", 12), (b"N", "1", 14), (b"a", "{}", 16), (b"t", "2000-01-01 00:00:00+00", 12)):
+        encoded = native.encode(["\t".join([field] * 1600)] * 3, kind * 1600)
+        assert len(encoded) == 11 + 8 + 3 * (2 + 1600 * size) + 2, kind
+
+
+def test_a_transaction_of_megabytes_of_input_is_stored_whole(conn: psycopg.Connection) -> None:
+    recorded = load("mainnet-18000000")
+    number = number_of(recorded)
+    tx = recorded["block"]["transactions"][0]
+    tx["input"] = "0x" + bytes(range(256)).hex() * 16_384  # 4 MiB
+    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
+    partitions.ensure(conn, number, number)
+    with conn.transaction():
+        store.write(conn, rows)
+    stored = conn.execute("SELECT input FROM transactions WHERE block_number = %s AND transaction_index = 0",
+                          (number,)).fetchone()[0]
+    assert stored == bytes(range(256)) * 16_384

@@ -1,12 +1,12 @@
 /* rows.py's text COPY lines turned into PostgreSQL's binary COPY form, so that the database takes
  * in bytes and integers instead of parsing a megabyte of hex digits and decimal numbers a
- * mainnet block (BENCHMARKS.md, "Binary COPY"). Each field is read exactly as PostgreSQL's text
- * input would read it, for the forms rows.py writes only (decimal digits, a bytea's `\\x` and
- * hex digits, a bytea[] of such items, jsonb text with COPY's four escapes, a timestamp as
- * `YYYY-MM-DD HH:MM:SS+00`, `\N`); for any other field, or a value the column could not hold,
- * the whole table's lines are declined (None) and go to the database as text, which stores them
- * or refuses them in its own words, as before. So a table holds the same values either way
- * (tests/test_binary_copy.py). Built by the install beside the other C parts
+ * mainnet block (BENCHMARKS.md, "Binary COPY, taken"). Each field is read exactly as
+ * PostgreSQL's text input would read it, for the forms rows.py writes only (decimal digits, a
+ * bytea's `\\x` and hex digits, a bytea[] of such items, jsonb text with COPY's four escapes, a
+ * timestamp as `YYYY-MM-DD HH:MM:SS+00`, `\N`); for any other field, or a value the column
+ * could not hold, the whole table's lines are declined (None) and go to the database as text,
+ * which stores them or refuses them in its own words, as before. So a table holds the same
+ * values either way (tests/test_binary_copy.py). Built by the install beside the other C parts
  * (scripts/build_native.py); without it every COPY is text. */
 
 #define PY_SSIZE_T_CLEAN

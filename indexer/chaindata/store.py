@@ -18,10 +18,11 @@ The caller owns the transaction: the worker puts its heartbeat in the same one, 
 whose claim is gone cannot write anything.
 
 Each table's lines go in PostgreSQL's binary COPY form where the install compiled
-`_native_copy.c`, which turns rows.py's text lines into it: the database then takes in bytes and
-integers instead of parsing each block's hex digits and decimal numbers (BENCHMARKS.md, "Binary
-COPY"). Lines it declines (a form rows.py's fast paths do not write, a value the column cannot
-hold) go as text, as they all do without the module, and are stored or refused as before.
+`_native_copy.c`, which turns rows.py's text lines into it: the database then takes in bytes
+and integers instead of parsing each block's hex digits and decimal numbers, at about half its
+CPU a mainnet block (BENCHMARKS.md, "Binary COPY, taken"). A table with a line it declines (a
+form rows.py does not write, a value the column cannot hold) goes as text, as every table does
+without the module, and is stored or refused as before.
 """
 
 from __future__ import annotations
