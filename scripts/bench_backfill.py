@@ -291,7 +291,8 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
 
 # -- the database's own limit: the same rows, pre-encoded, copied by a loader that does nothing else --
 
-# One batch a list of (COPY statement, its data), in the form store.write sends; forked into the loaders.
+# One batch a list of (COPY statement, its data: binary bytes or text), as store.write sends them;
+# forked into the loaders.
 Encoded = list[list[tuple[str, "str | bytes"]]]
 _ENCODED: Encoded = []
 
@@ -318,7 +319,7 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
                 token_transfers.decode_range(conn, first, last)
             with conn.cursor().copy(LOADED_TRANSFERS, {"first": first, "last": last}) as copy:
                 transfers = b"".join(copy).decode().splitlines()
-            batches.append([store.payload(LOADER_COPIES[table], table, lines) for table, lines in (
+            batches.append([(LOADER_COPIES[table], store.encoded(table, lines)) for table, lines in (
                 ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
                 ("withdrawals", rows.withdrawals)) if lines])
             if transfers:
@@ -344,8 +345,7 @@ def _load(job: tuple[str, int, int]) -> None:
         for batch in _ENCODED[start::step]:
             with conn.transaction():
                 for statement, data in batch:
-                    with conn.cursor().copy(statement) as copy:
-                        copy.write(data)
+                    store.copy(conn, statement, data)
 
 
 def lean_loader(admin_url: str, first: int, head: int, encoded: Encoded, cores: Cores,

@@ -7,9 +7,10 @@ emitting two logs: scripts/bench_backfill.py's), anvil's sparse chain (3,000 emp
 mainnet-shaped node (200 blocks from 18,000,000). Each version (`--trees`: source trees, such as a
 `git archive` of an older commit; `.` for this one) then runs in a process of its own, with that
 tree first on PYTHONPATH, its turns alternating with the others' `--rounds` times: its
-`chain.decode` of every batch (CPU time of its process, best of 3), and its `store.write` of
-every batch in a transaction of its own, with a worker's session settings, into a fresh database
-migrated by that version (wall time, the PostgreSQL backend's CPU time, and the bytes of the chain
+`chain.decode` of every batch (CPU time of its process, best of 3), the COPY data made of its
+rows (`store.encoded`, binary or text, best of 3), and its `store.write` of every batch in a
+transaction of its own, with a worker's session settings, into a fresh database migrated by that
+version (wall time, the PostgreSQL backend's CPU time, and the bytes of the chain
 tables and their indexes after), the median of 3. No node is involved in the timed part.
 
     .venv/bin/python scripts/bench_store.py --record /tmp/answers.json
@@ -99,6 +100,7 @@ def measure(answers_path: Path, admin_url: str) -> dict:
             started = time.process_time()
             rows = [chain.decode(first, blocks, receipts) for first, blocks, receipts in batches]
             decode.append(time.process_time() - started)
+        encode = [_encoding_seconds(rows) for _ in range(3)]
         writes = []
         for _ in range(3):
             name = f"bench_store_{os.getpid()}"
@@ -124,11 +126,28 @@ def measure(answers_path: Path, admin_url: str) -> dict:
         result[kind] = {
             "blocks": count,
             "decode_ms": 1000 * min(decode) / count,
+            "encode_ms": 1000 * min(encode) / count,
             "write_ms": 1000 * statistics.median(w[0] for w in writes) / count,
             "postgres_ms": 1000 * statistics.median(w[1] for w in writes) / count,
             "kib": writes[-1][2] / 1024 / count,
         }
     return result
+
+
+def _encoding_seconds(rows: list) -> float:
+    """CPU seconds to make the COPY data of every table of every batch, as bytes for the socket:
+    `store.encoded` (binary, or text encoded), or in a tree from before it, the text joined."""
+    from indexer.chaindata import store  # the tree's own, imported by measure()
+    encoded = getattr(store, "encoded", None)
+    started = time.process_time()
+    for batch in rows:
+        for table in ("blocks", "transactions", "logs", "withdrawals"):
+            lines = getattr(batch, table)
+            if lines:
+                data = encoded(table, lines) if encoded else "\n".join(lines) + "\n"
+                if isinstance(data, str):
+                    data.encode()
+    return time.process_time() - started
 
 
 def main() -> None:
@@ -164,14 +183,14 @@ def main() -> None:
             print(f"# {tree}: {runs[tree][-1]}", file=sys.stderr, flush=True)
     print(f"Each figure is per block: the runs of each version, in the order they ran ({args.rounds} rounds,"
           " alternating).\n")
-    print("| chain | version | decoding (ms CPU) | writing (ms) | PostgreSQL (ms CPU) | stored (KiB) |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| chain | version | decoding (ms CPU) | COPY data (ms CPU) | writing (ms) | PostgreSQL (ms CPU) | stored (KiB) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for kind in CHAINS:
         for tree in trees:
             r = [run[kind] for run in runs[tree]]
             fmt = lambda key, f: ", ".join(format(x[key], f) for x in r)  # noqa: E731
             print(f"| {kind} ({r[0]['blocks']:,} blocks) | {tree.name if tree != here else 'this tree'} | {fmt('decode_ms', '.3f')} "
-                  f"| {fmt('write_ms', '.3f')} | {fmt('postgres_ms', '.3f')} | {fmt('kib', '.1f')} |")
+                  f"| {fmt('encode_ms', '.4f')} | {fmt('write_ms', '.3f')} | {fmt('postgres_ms', '.3f')} | {fmt('kib', '.1f')} |")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ FIELDS = {
                 '{"\\\\\\\\xab" ,"\\\\\\\\xcd"}', '{"\\\\\\\\xAB","\\\\\\\\xcd","\\\\\\\\x00"}'],
     "jsonb": ["[]", "{}", '{"a":1}', '"tab\\tnew\\nline\\rcr"', '"back\\\\\\\\slash"', '{"a":"\\\\u0041"}',
               '{"a":', "nonsense", '"\\x41"', '"\\b"', '{"a":1,"a":2}', "12345678901234567890123",
-              '"\\\\"'],
+              '"\\\\"', '"\\101"', '"a\\.b"', "\\.", '"\\0"', '"\\f\\v"', '"a\\\tb"'],
     "timestamp with time zone": ["1970-01-01 00:00:00+00", "2023-08-26 12:34:56+00", "2024-02-29 23:59:59+00",
                                  "2023-02-29 00:00:00+00", "2023-13-01 00:00:00+00", "2023-01-01 24:00:00+00",
                                  "2023-01-01 23:59:60+00", "9999-12-31 23:59:59+00", "0001-01-01 00:00:00+00",
@@ -161,7 +161,7 @@ def test_each_field_is_stored_as_text_stores_it_or_declined(type_: str, scratch:
 ALPHABET = {
     "bigint": "0123456789-+ e", "integer": "0123456789-", "smallint": "0123456789",
     "numeric(78,0)": "00123456789.-", "numeric(20,0)": "0123456789",
-    "bytea": "\\xabcdefABCDEF0123456789 g", "bytea[]": '{}",\\xab0 N', "jsonb": '{}[]":,\\tnrab1 ',
+    "bytea": "\\xabcdefABCDEF0123456789 g", "bytea[]": '{}",\\xab0 N', "jsonb": '{}[]":,\\tnrab1 .0\t',
     "timestamp with time zone": "0123456789-: +",
 }
 
@@ -205,6 +205,7 @@ def test_every_line_of_a_table_goes_in_one_form() -> None:
         native.encode((good,), KINDS)
     with pytest.raises(ValueError):
         native.encode([good], b"")
+    assert native.encode([good], KINDS[:-1]) is None  # a column short
 
 
 def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Connection,
@@ -233,12 +234,21 @@ def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Con
 
 
 def test_the_widest_forms_fit_the_buffer_sized_for_them() -> None:
-    """The output is sized before it is written, from the text and 72 bytes a column: the forms
-    that grow the most (a one-digit number into 8 or 12 bytes, `{}` into an array's header) over
-    the most columns COPY allows come out whole."""
-    for kind, field, size in ((b"8", "0", 12), (b"N", "1", 14), (b"a", "{}", 16), (b"t", "2000-01-01 00:00:00+00", 12)):
+    """The output is sized before it is written, from the text and a bound on what a field can
+    grow by (`GROWTH`; `encode` ends the process if it wrote past it): the forms that grow the
+    most (a bytea[] of one empty item, `{}`, one-digit numbers) over the most columns COPY allows
+    come out whole."""
+    for kind, field, size in ((b"a", '{"\\\\\\\\x"}', 28), (b"a", "{}", 16), (b"N", "1", 14), (b"8", "0", 12),
+                              (b"t", "2000-01-01 00:00:00+00", 12), (b"j", "1", 6)):
         encoded = native.encode(["\t".join([field] * 1600)] * 3, kind * 1600)
         assert len(encoded) == 11 + 8 + 3 * (2 + 1600 * size) + 2, kind
+
+
+def test_kinds_outside_the_nine_are_refused() -> None:
+    with pytest.raises(ValueError):
+        native.encode(["\\N"], b"\0")
+    with pytest.raises(ValueError):
+        native.encode(["1"], b"x")
 
 
 def test_a_transaction_of_megabytes_of_input_is_stored_whole(conn: psycopg.Connection) -> None:
@@ -253,3 +263,29 @@ def test_a_transaction_of_megabytes_of_input_is_stored_whole(conn: psycopg.Conne
     stored = conn.execute("SELECT input FROM transactions WHERE block_number = %s AND transaction_index = 0",
                           (number,)).fetchone()[0]
     assert stored == bytes(range(256)) * 16_384
+
+
+def test_a_batch_stored_already_goes_through_the_staging_tables_in_binary_and_changes_nothing(
+        conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = load("mainnet-18000000")
+    number = number_of(recorded)
+    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
+    partitions.ensure(conn, number, number)
+    store.prepare(conn)
+    with conn.transaction():
+        store.write(conn, rows)
+    before = stored_text(conn, number)
+    sent: list[str] = []
+    real_copy = psycopg.Cursor.copy
+
+    def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(statement)
+        return real_copy(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    with conn.transaction():
+        store.write(conn, rows)
+    staged = [statement.split()[1] for statement in sent if statement.startswith("COPY stage_")]
+    assert staged == ["stage_blocks", "stage_transactions", "stage_logs", "stage_withdrawals"], sent
+    assert all(statement.endswith(store.IN_BINARY) for statement in sent)
+    assert stored_text(conn, number) == before

@@ -61,7 +61,12 @@ COPY_STAGE_TRANSACTIONS = f"COPY stage_transactions ({_T}) FROM STDIN"
 COPY_STAGE_LOGS = f"COPY stage_logs ({_L}) FROM STDIN"
 COPY_STAGE_WITHDRAWALS = f"COPY stage_withdrawals ({_W}) FROM STDIN"
 
-# Appended to any of the statements above for lines `_native_copy.encode` turned into binary.
+COPY_NEW = {"blocks": COPY_NEW_BLOCKS, "transactions": COPY_NEW_TRANSACTIONS, "logs": COPY_NEW_LOGS,
+            "withdrawals": COPY_NEW_WITHDRAWALS}
+COPY_STAGE = {"blocks": COPY_STAGE_BLOCKS, "transactions": COPY_STAGE_TRANSACTIONS, "logs": COPY_STAGE_LOGS,
+              "withdrawals": COPY_STAGE_WITHDRAWALS}
+
+# Appended to any of the statements above for data `_native_copy.encode` made binary.
 IN_BINARY = " (FORMAT binary)"
 
 # Each type's byte in `_native_copy.encode`'s kinds, and each table's kinds in line order.
@@ -108,45 +113,36 @@ def prepare(conn: psycopg.Connection) -> None:
         conn.commit()
 
 
-def payload(statement: str, table: str, lines: list[str]) -> tuple[str, str | bytes]:
-    """The COPY statement and its data for one table's lines: binary where `_native_copy` takes
-    every line, text otherwise."""
+def encoded(table: str, lines: list[str]) -> bytes | str:
+    """One table's lines as COPY data: binary (bytes) where `_native_copy` takes every line, text
+    (str) otherwise."""
     binary = _native_copy.encode(lines, COPY_KINDS[table]) if _native_copy is not None else None
-    if binary is None:
-        return statement, "\n".join(lines) + "\n"
-    return statement + IN_BINARY, binary
+    return "\n".join(lines) + "\n" if binary is None else binary
 
 
-def _copy(conn: psycopg.Connection, statement: str, table: str, lines: list[str]) -> None:
-    statement, data = payload(statement, table, lines)
-    with conn.cursor().copy(statement) as copy:
-        copy.write(data)
+def copy(conn: psycopg.Connection, statement: str, data: bytes | str) -> None:
+    """COPYs what `encoded` made with `statement`, told the format."""
+    with conn.cursor().copy(statement + IN_BINARY if isinstance(data, bytes) else statement) as into:
+        into.write(data)
 
 
 def write(conn: psycopg.Connection, rows: Rows) -> None:
     """Writes one batch; call inside the caller's transaction."""
+    # Encoded once: the staging tables take the same data when the savepoint is rolled back.
+    tables = [(table, encoded(table, lines)) for table, lines in (
+        ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
+        ("withdrawals", rows.withdrawals)) if lines]
     try:
         with conn.transaction():  # a savepoint
-            _copy_all(conn, rows, COPY_NEW_BLOCKS, COPY_NEW_TRANSACTIONS, COPY_NEW_LOGS,
-                      COPY_NEW_WITHDRAWALS)
+            for table, data in tables:
+                copy(conn, COPY_NEW[table], data)
         return
     except psycopg.errors.UniqueViolation:
         pass  # some of these blocks are stored already
-    _copy_all(conn, rows, COPY_STAGE_BLOCKS, COPY_STAGE_TRANSACTIONS, COPY_STAGE_LOGS,
-              COPY_STAGE_WITHDRAWALS)
+    for table, data in tables:
+        copy(conn, COPY_STAGE[table], data)
     conn.execute(DELETE_REPLACED_BLOCK_CONTENTS)
     conn.execute(MERGE)
-
-
-def _copy_all(conn: psycopg.Connection, rows: Rows, blocks: str, transactions: str, logs: str,
-              withdrawals: str) -> None:
-    _copy(conn, blocks, "blocks", rows.blocks)
-    if rows.transactions:
-        _copy(conn, transactions, "transactions", rows.transactions)
-    if rows.logs:
-        _copy(conn, logs, "logs", rows.logs)
-    if rows.withdrawals:
-        _copy(conn, withdrawals, "withdrawals", rows.withdrawals)
 
 
 RECORD_CHAIN_ID = """
