@@ -15,6 +15,7 @@ import pytest
 
 from indexer.chaindata import columns, store
 from indexer.chaindata.chain import decode
+from indexer.chaindata.rows import Rows
 from indexer.jobs import partitions
 from indexer.testing.fixtures import load, names
 
@@ -48,21 +49,31 @@ def stored_text(conn: psycopg.Connection, number: int) -> dict[str, list[tuple[A
             for table in TABLES}
 
 
-@pytest.mark.parametrize("name", names())
-def test_every_recorded_block_is_stored_the_same_in_binary_as_in_text(
-        name: str, conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
-    recorded = load(name)
+def decoded(conn: psycopg.Connection, recorded: dict[str, Any]) -> tuple[int, Rows]:
+    """A recorded block's number and rows, its partition made."""
     number = number_of(recorded)
-    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
     partitions.ensure(conn, number, number)
-    sent: list[str] = []
+    return number, decode(number, [recorded["block"]], {number: recorded["receipts"]})
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The COPY statements sent from here on, in order."""
+    statements: list[str] = []
     real_copy = psycopg.Cursor.copy
 
     def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(statement)
+        statements.append(statement)
         return real_copy(self, statement, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    return statements
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_recorded_block_is_stored_the_same_in_binary_as_in_text(
+        name: str, conn: psycopg.Connection, sent: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    number, rows = decoded(conn, load(name))
     with conn.transaction():
         store.write(conn, rows)
     in_binary = stored_text(conn, number)
@@ -208,26 +219,16 @@ def test_every_line_of_a_table_goes_in_one_form() -> None:
     assert native.encode([good], KINDS[:-1]) is None  # a column short
 
 
-def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Connection,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_with_a_line_binary_declines_is_stored_in_text(conn: psycopg.Connection, sent: list[str]) -> None:
     """An L2's `extra` with a character outside ASCII: its table goes as text, the others in
     binary, and the block reads back whole."""
     recorded = load("optimism-sepolia-4089330")
-    number = number_of(recorded)
     recorded["block"]["transactions"][0]["note"] = "naïve"
-    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
-    partitions.ensure(conn, number, number)
-    sent: list[str] = []
-    real_copy = psycopg.Cursor.copy
-
-    def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(("binary " if statement.endswith(store.IN_BINARY) else "text ") + statement.split()[1])
-        return real_copy(self, statement, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    number, rows = decoded(conn, recorded)
     with conn.transaction():
         store.write(conn, rows)
-    assert "text transactions" in sent and "binary blocks" in sent, sent
+    forms = {statement.split()[1]: statement.endswith(store.IN_BINARY) for statement in sent}
+    assert forms["transactions"] is False and forms["blocks"] is True, sent
     note = conn.execute("SELECT extra->>'note' FROM transactions WHERE block_number = %s AND transaction_index = 0",
                         (number,)).fetchone()[0]
     assert note == "naïve"
@@ -253,11 +254,8 @@ def test_kinds_outside_the_nine_are_refused() -> None:
 
 def test_a_transaction_of_megabytes_of_input_is_stored_whole(conn: psycopg.Connection) -> None:
     recorded = load("mainnet-18000000")
-    number = number_of(recorded)
-    tx = recorded["block"]["transactions"][0]
-    tx["input"] = "0x" + bytes(range(256)).hex() * 16_384  # 4 MiB
-    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
-    partitions.ensure(conn, number, number)
+    recorded["block"]["transactions"][0]["input"] = "0x" + bytes(range(256)).hex() * 16_384  # 4 MiB
+    number, rows = decoded(conn, recorded)
     with conn.transaction():
         store.write(conn, rows)
     stored = conn.execute("SELECT input FROM transactions WHERE block_number = %s AND transaction_index = 0",
@@ -266,23 +264,13 @@ def test_a_transaction_of_megabytes_of_input_is_stored_whole(conn: psycopg.Conne
 
 
 def test_a_batch_stored_already_goes_through_the_staging_tables_in_binary_and_changes_nothing(
-        conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
-    recorded = load("mainnet-18000000")
-    number = number_of(recorded)
-    rows = decode(number, [recorded["block"]], {number: recorded["receipts"]})
-    partitions.ensure(conn, number, number)
+        conn: psycopg.Connection, sent: list[str]) -> None:
+    number, rows = decoded(conn, load("mainnet-18000000"))
     store.prepare(conn)
     with conn.transaction():
         store.write(conn, rows)
     before = stored_text(conn, number)
-    sent: list[str] = []
-    real_copy = psycopg.Cursor.copy
-
-    def watched(self: psycopg.Cursor, statement: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(statement)
-        return real_copy(self, statement, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "copy", watched)
+    sent.clear()
     with conn.transaction():
         store.write(conn, rows)
     staged = [statement.split()[1] for statement in sent if statement.startswith("COPY stage_")]
