@@ -16,9 +16,13 @@ import pytest
 from indexer.chaindata import columns, store
 from indexer.chaindata.chain import decode
 from indexer.chaindata.rows import Rows
-from indexer.jobs import partitions
+from indexer.jobs import partitions, planner
+from indexer.testing.anvil import free_port
+from indexer.testing.faultproxy import FaultProxy
 from indexer.testing.fixtures import load, names
+from indexer.testing.waiting import wait_for
 
+from .test_observability import scrape
 from .test_store_fields import ORDER, TABLES, number_of
 
 native = store._native_copy
@@ -277,3 +281,29 @@ def test_a_batch_stored_already_goes_through_the_staging_tables_in_binary_and_ch
     assert staged == ["stage_blocks", "stage_transactions", "stage_logs", "stage_withdrawals"], sent
     assert all(statement.endswith(store.IN_BINARY) for statement in sent)
     assert stored_text(conn, number) == before
+
+
+
+def test_a_worker_counts_the_tables_it_sent_as_text(db_url: str, conn: psycopg.Connection, chain_node: Any,
+                                                   work: Any) -> None:
+    """A node whose blocks carry a key of its own with a character outside ASCII (stored in
+    `extra`, as an L2's fields are): the blocks go as text and are counted, the key stored whole."""
+    def noted(call: dict, result: object) -> object:
+        if call.get("method", "").startswith("eth_getBlockBy") and isinstance(result, dict):
+            return result | {"note": "naïve"}
+        return result
+
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 10)
+    port = free_port()
+    with FaultProxy(chain_node.url, rewrite=noted) as proxy:
+        w = work(db_url, proxy.url, "--workers", "1", INDEXER_METRICS_PORT=str(port))
+        try:
+            wait_for(lambda: conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0, "the backfill")
+            counted = {key: value for key, value in scrape(port).items()
+                       if key.startswith("indexer_copy_text_tables_total")}
+        finally:
+            w.kill()
+    assert set(counted) == {'indexer_copy_text_tables_total{table="blocks"}'}, counted
+    assert counted['indexer_copy_text_tables_total{table="blocks"}'] >= 1
+    assert conn.execute("SELECT count(*) FROM blocks WHERE extra->>'note' = 'naïve'").fetchone()[0] == head + 1

@@ -132,6 +132,9 @@ class Counted:
         self.blocks_unproven = Counter(
             "indexer_blocks_unproven", "Blocks written whose roots could not be recomputed (INDEXER_VERIFY_ROOTS),"
             " by reason", ["reason"], registry=None)
+        self.text_copies = Counter(
+            "indexer_copy_text_tables", "A batch's tables COPYed as text because the binary form declined a line of"
+            " theirs (stored the same, at more of the database's CPU), by table", ["table"], registry=None)
         # -- by the head planner of a following pool (follow.py) and the rollbacks (rollback.py)
         self.following = Gauge("indexer_following", "1 in a pool that follows the chain's head (indexer work --follow)",
                                multiprocess_mode="livemax", registry=None)

@@ -126,23 +126,26 @@ def copy(conn: psycopg.Connection, statement: str, data: bytes | str) -> None:
         into.write(data)
 
 
-def write(conn: psycopg.Connection, rows: Rows) -> None:
-    """Writes one batch; call inside the caller's transaction."""
+def write(conn: psycopg.Connection, rows: Rows) -> tuple[str, ...]:
+    """Writes one batch; call inside the caller's transaction. Returns the tables that went as
+    text though binary COPY was built: a line of theirs it declined."""
     # Encoded once: the staging tables take the same data when the savepoint is rolled back.
     tables = [(table, encoded(table, lines)) for table, lines in (
         ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
         ("withdrawals", rows.withdrawals)) if lines]
+    in_text = tuple(table for table, data in tables if NATIVE and isinstance(data, str))
     try:
         with conn.transaction():  # a savepoint
             for table, data in tables:
                 copy(conn, COPY_NEW[table], data)
-        return
+        return in_text
     except psycopg.errors.UniqueViolation:
         pass  # some of these blocks are stored already
     for table, data in tables:
         copy(conn, COPY_STAGE[table], data)
     conn.execute(DELETE_REPLACED_BLOCK_CONTENTS)
     conn.execute(MERGE)
+    return in_text
 
 
 RECORD_CHAIN_ID = """

@@ -105,7 +105,8 @@ def _write(ctx: JobContext, job: Claim, rows: Rows) -> int | None:
         except forks.ForkMismatch:
             metrics.counted.fork_mismatches.inc()
             raise
-        store.write(ctx.conn, rows)
+        for table in store.write(ctx.conn, rows):
+            metrics.counted.text_copies.labels(table).inc()
         lease = queue.heartbeat(ctx.conn, job, lease_seconds=ctx.cfg.lease_seconds, cursor=rows.last + 1)
         if lease is None:
             raise LostClaim()
