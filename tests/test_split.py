@@ -191,11 +191,12 @@ def test_a_split_landing_on_the_batch_being_written_costs_no_attempt(db_url, con
     written: list[tuple[int, int]] = []
     real_write = store.write
 
-    def write_then_split(c: psycopg.Connection, rows) -> None:
-        real_write(c, rows)
+    def write_then_split(c: psycopg.Connection, rows) -> tuple[str, ...]:
+        in_text = real_write(c, rows)
         written.append((rows.first, rows.last))
         if len(written) == 3 and rows.last > rows.first:  # once batches are 5 blocks, with more fetched ahead
             split_at(conn, job.id, rows.last if lands.startswith("on") else rows.first)
+        return in_text
 
     monkeypatch.setattr(store, "write", write_then_split)
     job = worker._claim()
