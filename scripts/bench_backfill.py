@@ -293,7 +293,7 @@ def breakdown(admin_url: str, rpc_url: str, first_block: int, head: int,
 
 # One batch a list of (COPY statement, its data: binary bytes or text), as store.write sends them;
 # forked into the loaders.
-Encoded = list[list[tuple[str, "str | bytes"]]]
+Encoded = list[list[tuple[str, bytes | str]]]
 _ENCODED: Encoded = []
 
 
