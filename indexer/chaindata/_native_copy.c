@@ -16,7 +16,7 @@
 
 #include "native_shared/hex.h"
 
-/* The column kinds of `encode`'s `kinds`, one byte a column: store.py's BINARY_KINDS. */
+/* The column kinds of `encode`'s `kinds`, one byte a column: store.py's `_KIND`. */
 #define BIGINT '8'
 #define INTEGER '4'
 #define SMALLINT '2'
@@ -55,6 +55,21 @@ static void put64(Out *out, int64_t v)
     uint64_t u = (uint64_t)v;
     for (int i = 7; i >= 0; i--)
         *out->at++ = (char)(u >> (8 * i));
+}
+
+/* A 4-byte length or count known only once what follows is written: `hole` leaves its place,
+ * `fill` writes it there. */
+static char *hole(Out *out)
+{
+    char *at = out->at;
+    out->at += 4;
+    return at;
+}
+
+static void fill(char *at, int64_t value)
+{
+    Out back = {at};
+    put32(&back, value);
 }
 
 /* Decimal digits only, as rows.py writes every integer, with at most `most` of them after any
@@ -106,38 +121,12 @@ static int put_numeric(Out *out, const char *s, Py_ssize_t n, int precision)
     return OK;
 }
 
-/* The byte of each pair of characters read as two hex digits, -1 for a pair that is not: one
- * lookup a byte, where a megabyte of a mainnet block's hex goes through here. */
-static int16_t PAIR[1 << 16];
-
-static void init_pairs(void)
-{
-    for (int first = 0; first < 256; first++)
-        for (int second = 0; second < 256; second++) {
-            unsigned char text[2] = {(unsigned char)first, (unsigned char)second};
-            uint16_t at;
-            memcpy(&at, text, 2);
-            PAIR[at] = (NIBBLE[first] | NIBBLE[second]) < 0 ? -1 : (int16_t)(NIBBLE[first] << 4 | NIBBLE[second]);
-        }
-}
-
 /* Pairs of hex digits into bytes; any other byte (a space bytea's input would skip) declines. */
 static int put_hex(Out *out, const char *s, Py_ssize_t n)
 {
-    if (n % 2)
+    if (n % 2 || !unhex((uint8_t *)out->at, s, (size_t)n))
         return DECLINE;
-    unsigned char *to = (unsigned char *)out->at;
-    int16_t bad = 0;
-    for (Py_ssize_t i = 0; i < n; i += 2) {
-        uint16_t at;
-        memcpy(&at, s + i, 2);
-        int16_t byte = PAIR[at];
-        bad |= byte;  /* negative once any pair was not hex: checked once at the end */
-        *to++ = (unsigned char)byte;
-    }
-    if (bad < 0)
-        return DECLINE;
-    out->at = (char *)to;
+    out->at += n / 2;
     return OK;
 }
 
@@ -146,11 +135,9 @@ static int put_bytea(Out *out, const char *s, Py_ssize_t n)
 {
     if (n < 3 || s[0] != '\\' || s[1] != '\\' || s[2] != 'x')
         return DECLINE;
-    char *length = out->at;
-    out->at += 4;
+    char *length = hole(out);
     TRY(put_hex(out, s + 3, n - 3));
-    Out back = {length};
-    put32(&back, out->at - length - 4);
+    fill(length, out->at - length - 4);
     return OK;
 }
 
@@ -160,14 +147,12 @@ static int put_bytea_array(Out *out, const char *s, Py_ssize_t n)
 {
     if (n < 2 || s[0] != '{' || s[n - 1] != '}')
         return DECLINE;
-    char *length = out->at;
-    out->at += 4;
+    char *length = hole(out);
     if (n == 2) {
         put32(out, 0), put32(out, 0), put32(out, BYTEA_OID);
     } else {
         put32(out, 1), put32(out, 0), put32(out, BYTEA_OID);
-        char *count = out->at;
-        out->at += 4;
+        char *count = hole(out);
         put32(out, 1);
         int64_t items = 0;
         const char *at = s + 1, *end = s + n - 1;
@@ -177,11 +162,9 @@ static int put_bytea_array(Out *out, const char *s, Py_ssize_t n)
             const char *digits = at + 6, *close = memchr(digits, '"', (size_t)(end - digits));
             if (close == NULL)
                 return DECLINE;
-            char *item = out->at;
-            out->at += 4;
+            char *item = hole(out);
             TRY(put_hex(out, digits, close - digits));
-            Out back = {item};
-            put32(&back, out->at - item - 4);
+            fill(item, out->at - item - 4);
             items++;
             at = close + 1;
             if (at == end)
@@ -191,19 +174,16 @@ static int put_bytea_array(Out *out, const char *s, Py_ssize_t n)
         }
         if (items > INT32_MAX)
             return DECLINE;
-        Out back = {count};
-        put32(&back, items);
+        fill(count, items);
     }
-    Out back = {length};
-    put32(&back, out->at - length - 4);
+    fill(length, out->at - length - 4);
     return OK;
 }
 
 /* jsonb: its version (1) and the text, COPY's escapes of rows.copy_text undone. */
 static int put_jsonb(Out *out, const char *s, Py_ssize_t n)
 {
-    char *length = out->at;
-    out->at += 4;
+    char *length = hole(out);
     *out->at++ = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
         char c = s[i];
@@ -222,8 +202,7 @@ static int put_jsonb(Out *out, const char *s, Py_ssize_t n)
         }
         *out->at++ = c;
     }
-    Out back = {length};
-    put32(&back, out->at - length - 4);
+    fill(length, out->at - length - 4);
     return OK;
 }
 
@@ -384,6 +363,6 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_native_copy", NULL,
 PyMODINIT_FUNC PyInit__native_copy(void)
 {
     init_nibbles();
-    init_pairs();
+    init_hex_pairs();
     return PyModule_Create(&MODULE);
 }

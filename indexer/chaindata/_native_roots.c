@@ -291,6 +291,7 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_native_roots", NULL
 PyMODINIT_FUNC PyInit__native_roots(void)
 {
     init_nibbles();
+    init_hex_pairs();
     if (init_keys() < 0)
         return NULL;
     return PyModule_Create(&MODULE);

@@ -88,18 +88,6 @@ static int end_list(Buffer *b, size_t start)
     return 0;
 }
 
-/* `n` hex digits (n even) into bytes; 0 if one is not a hex digit. */
-static int unhex(uint8_t *out, const char *digits, size_t n)
-{
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = NIBBLE[(uint8_t)digits[i]], lo = NIBBLE[(uint8_t)digits[i + 1]];
-        if ((hi | lo) < 0)
-            return 0;
-        *out++ = (uint8_t)(hi << 4 | lo);
-    }
-    return 1;
-}
-
 /* A string value of the dict: OK with its characters, DECLINE when missing, null or not a string
  * of ASCII. `*missing` (if given) says whether it was absent or null rather than unreadable. */
 static int get_str(PyObject *dict, PyObject *key, const char **s, Py_ssize_t *n, int *missing)
