@@ -52,7 +52,6 @@ from indexer.base import db
 from indexer.base.db import worker_session_options
 from indexer.base.settings import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TRANSACTIONS
 from indexer.chaindata import chain, store
-from indexer.chaindata.columns import BLOCK_COLUMNS, LOG_COLUMNS, TRANSACTION_COLUMNS, WITHDRAWAL_COLUMNS
 from indexer.chaindata.prefetch import batch_blocks
 from indexer.decoding import token_transfers
 from indexer.jobs import partitions
@@ -319,9 +318,8 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
                 token_transfers.decode_range(conn, first, last)
             with conn.cursor().copy(LOADED_TRANSFERS, {"first": first, "last": last}) as copy:
                 transfers = b"".join(copy).decode().splitlines()
-            batches.append([(LOADER_COPIES[table], store.encoded(table, lines)) for table, lines in (
-                ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
-                ("withdrawals", rows.withdrawals)) if lines])
+            batches.append([(LOADER_COPIES[table], store.encoded(table, lines))
+                            for table, lines in store.table_lines(rows)])
             if transfers:
                 batches[-1].append((LOADER_COPIES["token_transfers"], "\n".join(transfers) + "\n"))
             size = batch_blocks(len(rows.transactions) / (last - first + 1), DEFAULT_BATCH_SIZE, batch_transactions)
@@ -332,9 +330,7 @@ def encode_rows(admin_url: str, rpc_url: str, first_block: int, head: int,
 
 LOADED_TRANSFERS = ("COPY (SELECT * FROM token_transfers WHERE block_number BETWEEN %(first)s AND %(last)s"
                     " ORDER BY block_number, log_index, position) TO STDOUT")
-LOADER_COPIES = {table: f"COPY {table} ({', '.join(columns)}) FROM STDIN" for table, columns in (
-    ("blocks", BLOCK_COLUMNS), ("transactions", TRANSACTION_COLUMNS), ("logs", LOG_COLUMNS),
-    ("withdrawals", WITHDRAWAL_COLUMNS))} | {"token_transfers": "COPY token_transfers FROM STDIN"}
+LOADER_COPIES = store.COPY_NEW | {"token_transfers": "COPY token_transfers FROM STDIN"}
 
 
 def _load(job: tuple[str, int, int]) -> None:

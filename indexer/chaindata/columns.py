@@ -161,6 +161,10 @@ WITHDRAWAL_COLUMNS = (
     "extra",
 )
 
+# Each chain table's COPY columns, in the order a batch's tables are written.
+COPY_COLUMNS = {"blocks": BLOCK_COLUMNS, "transactions": TRANSACTION_COLUMNS, "logs": LOG_COLUMNS,
+                "withdrawals": WITHDRAWAL_COLUMNS}
+
 # Each COPY column's type in the tables (schema/), which a binary COPY must write exactly
 # (`store.py`; tests/test_binary_copy.py compares them with the migrated database's).
 BIGINT, INTEGER, SMALLINT = "bigint", "integer", "smallint"

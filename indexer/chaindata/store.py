@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import psycopg
 
-from .columns import (BIGINT, BLOCK_COLUMNS, BYTEA, BYTEA_ARRAY, COLUMN_TYPES, INTEGER, JSONB, LOG_COLUMNS, SMALLINT,
-                      TIMESTAMPTZ, TRANSACTION_COLUMNS, UINT64, UINT256, WITHDRAWAL_COLUMNS)
+from .columns import (BIGINT, BLOCK_COLUMNS, BYTEA, BYTEA_ARRAY, COLUMN_TYPES, COPY_COLUMNS, INTEGER, JSONB,
+                      LOG_COLUMNS, SMALLINT, TIMESTAMPTZ, TRANSACTION_COLUMNS, UINT64, UINT256, WITHDRAWAL_COLUMNS)
 from .rows import Rows
 
 try:
@@ -73,8 +73,7 @@ IN_BINARY = " (FORMAT binary)"
 _KIND = {BIGINT: "8", INTEGER: "4", SMALLINT: "2", UINT256: "N", UINT64: "n", BYTEA: "b", BYTEA_ARRAY: "a",
          JSONB: "j", TIMESTAMPTZ: "t"}
 COPY_KINDS = {table: "".join(_KIND[COLUMN_TYPES[table][column]] for column in columns).encode()
-              for table, columns in (("blocks", BLOCK_COLUMNS), ("transactions", TRANSACTION_COLUMNS),
-                                     ("logs", LOG_COLUMNS), ("withdrawals", WITHDRAWAL_COLUMNS))}
+              for table, columns in COPY_COLUMNS.items()}
 
 # Its own statement, before the merge: within one statement the inserts below would still see
 # the rows this deletes and skip the new versions as conflicts.
@@ -113,6 +112,12 @@ def prepare(conn: psycopg.Connection) -> None:
         conn.commit()
 
 
+def table_lines(rows: Rows) -> list[tuple[str, list[str]]]:
+    """Each chain table with its lines in `rows`, in the order they are written; none left empty."""
+    return [(table, lines) for table, lines in (("blocks", rows.blocks), ("transactions", rows.transactions),
+                                                ("logs", rows.logs), ("withdrawals", rows.withdrawals)) if lines]
+
+
 def encoded(table: str, lines: list[str]) -> bytes | str:
     """One table's lines as COPY data: binary (bytes) where `_native_copy` takes every line, text
     (str) otherwise."""
@@ -130,9 +135,7 @@ def write(conn: psycopg.Connection, rows: Rows) -> tuple[str, ...]:
     """Writes one batch; call inside the caller's transaction. Returns the tables that went as
     text though binary COPY was built: a line of theirs it declined."""
     # Encoded once: the staging tables take the same data when the savepoint is rolled back.
-    tables = [(table, encoded(table, lines)) for table, lines in (
-        ("blocks", rows.blocks), ("transactions", rows.transactions), ("logs", rows.logs),
-        ("withdrawals", rows.withdrawals)) if lines]
+    tables = [(table, encoded(table, lines)) for table, lines in table_lines(rows)]
     in_text = tuple(table for table, data in tables if NATIVE and isinstance(data, str))
     try:
         with conn.transaction():  # a savepoint
