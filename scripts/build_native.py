@@ -9,8 +9,8 @@ into the wheel, or for an editable install next to its source:
   taken");
 each with `native_shared/`. An extension no compiler could build is left out of the wheel, which
 says so on stderr: the Python it stands in front of (`roots.check_block`, rows.py, store.py's
-text COPY) then does all the work, slower and with the same results. INDEXER_NATIVE=0 builds without any on purpose
-(the tests of that fallback).
+text COPY) then does all the work, slower and with the same results. INDEXER_NATIVE=0 builds
+without any on purpose (the tests of that fallback).
 """
 
 from __future__ import annotations
