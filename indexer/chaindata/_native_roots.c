@@ -257,14 +257,15 @@ static PyObject *ordered_trie_root(PyObject *self, PyObject *values)
     return failed ? NULL : PyBytes_FromStringAndSize((const char *)root, 32);
 }
 
-static PyObject *keccak(PyObject *self, PyObject *arg)
+static PyObject *keccak(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &portable))
         return NULL;
     uint8_t out[32];
     Py_BEGIN_ALLOW_THREADS
-    keccak256(view.buf, (size_t)view.len, out);
+    keccak256_with(portable ? keccak_f_any : NULL, view.buf, (size_t)view.len, out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyBytes_FromStringAndSize((const char *)out, 32);
@@ -282,7 +283,9 @@ static PyMethodDef METHODS[] = {
      "None where not read here."},
     {"ordered_trie_root", ordered_trie_root, METH_O,
      "ordered_trie_root(values) -> bytes: the root of the trie mapping rlp(i) to values[i]."},
-    {"keccak", keccak, METH_O, "keccak(data) -> bytes: keccak-256."},
+    {"keccak", keccak, METH_VARARGS,
+     "keccak(data, portable=False) -> bytes: keccak-256; with portable, by the permutation any processor runs "
+     "(KECCAK_PERMUTATION names the one used otherwise)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -292,7 +295,12 @@ PyMODINIT_FUNC PyInit__native_roots(void)
 {
     init_nibbles();
     init_hex_pairs();
+    init_keccak();
     if (init_keys() < 0)
         return NULL;
-    return PyModule_Create(&MODULE);
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_PERMUTATION",
+                                                     keccak_f == keccak_f_any ? "any" : "bmi2") < 0)
+        Py_CLEAR(module);
+    return module;
 }
