@@ -288,6 +288,16 @@ def test_bench_rows_compares_the_c_lines_with_rows_py_on_each_batch():
     assert all(float(r[1]) > 0 and float(r[2]) > 0 and re.fullmatch(r"[\d.]+x", r[3]) for r in measured), out
 
 
+def test_bench_decode_sql_fills_the_token_transfers_each_way():
+    # The script itself checks that every way stored the rows decode_range stores.
+    out = run_script("scripts/bench_decode_sql.py", "--blocks", "6", "--window", "4", "--rounds", "1")
+    ways = table_rows(out, "decode_range") + table_rows(out, "copy") + table_rows(out, "out and back")
+    assert [r[0] for r in ways] == ["decode_range", "copy", "out and back"], out
+    assert all(re.fullmatch(r"[\d.]+ \([\d.]+-[\d.]+\)", r[1]) for r in ways), out
+    assert re.search(r"abi_uint256 over [\d,]+ logs of 32 bytes of data: -?[\d.]+ ms a block", out), out
+    assert not left_behind(out.pid)
+
+
 def test_bench_roots_measures_the_tries_and_each_check_against_the_rest_of_a_worker():
     out = run_script("scripts/bench_roots.py", "--blocks", "3", "--txs", "4", "--repeat", "1")
     measured = table_rows(out, "recorded") + table_rows(out, "dense")
