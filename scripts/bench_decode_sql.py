@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""What the decode jobs' token transfers cost PostgreSQL a mainnet-shaped block, against the
-same rows COPYed in as a loader would, on the tables as a backfill has them (the query indexes
-not built yet: indexer/jobs/partitions.py builds them once a partition's blocks are all in).
+"""What the decode jobs' token transfers cost PostgreSQL a mainnet-shaped block, decoded in SQL and
+in C, against the same rows COPYed in as a loader would, on the tables as a backfill has them
+(the query indexes not built yet: indexer/jobs/partitions.py builds them once a partition's
+blocks are all in).
 
 The blocks (`--blocks` from the mainnet-shaped node, 18,000,000 on) are fetched, decoded and
 stored once, as a worker does (`chain.fetch_json`, `chain.decode`, `store.write`), into a fresh
@@ -10,8 +11,10 @@ turns alternating `--rounds` times with the token transfers emptied before each,
 filling `token_transfers` for the stored logs, in windows of `--window` blocks, one transaction
 each; the CPU of the PostgreSQL backend that does it (from /proc, with no parallel plan, so that
 it is all there), ms per block:
-- decode_range: `token_transfers.decode_range`, as a decode job runs it (one INSERT ... SELECT
-  and the TransferBatch logs through eth-abi);
+- decode_range in SQL: `token_transfers.decode_range` as a decode job runs it where the C part
+  is not built (one INSERT ... SELECT, and the TransferBatch logs through eth-abi);
+- decode_range in C: the same, as it runs with `_native_copy.transfers` (the transfer logs
+  COPYed out, decoded in C, the rows COPYed in); this process's CPU is shown beside it;
 - copy: the rows decode_range made, read out once beforehand, COPYed in (FORMAT binary): what
   the COPY-only loader of bench_backfill.py does;
 - out and back: the same SELECT, its rows COPYed out (FORMAT binary) and straight back in, so
@@ -28,6 +31,7 @@ import argparse
 import io
 import os
 import statistics
+import time
 
 import psycopg
 from psycopg import sql
@@ -96,17 +100,28 @@ def main() -> None:
         url = partitioned_database(admin_url, SCRATCH, FIRST, last)
         try:
             store_blocks(url, node.url, FIRST, last)
+            native = token_transfers._native_copy
             with psycopg.connect(url, autocommit=True) as conn:
+                token_transfers._native_copy = None  # DECODE_FIXED's rows are the ones to compare with
                 for first, end in windows:
                     with conn.transaction():
                         token_transfers.decode_range(conn, first, end)
+                token_transfers._native_copy = native
                 expected = conn.execute(CONTENT).fetchone()
                 dumped = {}
                 for first, end in windows:
                     with conn.cursor().copy(COPY_OUT, (first, end)) as copy:
                         dumped[first] = b"".join(bytes(piece) for piece in copy)
 
-            def by_decode_range(conn: psycopg.Connection, first: int, end: int) -> None:
+            def in_sql(conn: psycopg.Connection, first: int, end: int) -> None:
+                token_transfers._native_copy = None
+                try:
+                    token_transfers.decode_range(conn, first, end)
+                finally:
+                    token_transfers._native_copy = native
+
+            def in_c(conn: psycopg.Connection, first: int, end: int) -> None:
+                assert native is not None, "_native_copy is not built: run scripts/setup-venv"
                 token_transfers.decode_range(conn, first, end)
 
             def by_copy(conn: psycopg.Connection, first: int, end: int) -> None:
@@ -123,18 +138,21 @@ def main() -> None:
                 with conn.cursor().copy(COPY_IN) as copy:
                     copy.write(data.getvalue())
 
-            ways = {"decode_range": by_decode_range, "copy": by_copy, "out and back": out_and_back}
+            ways = {"decode_range in SQL": in_sql, "decode_range in C": in_c, "copy": by_copy,
+                    "out and back": out_and_back}
             spent: dict[str, list[float]] = {name: [] for name in ways}
+            client: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(args.rounds):
                 for name, way in ways.items():
                     with psycopg.connect(url, autocommit=True, options=SERIAL) as conn:
                         conn.execute("TRUNCATE token_transfers")
                         backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-                        before = cpu_seconds(backend)
+                        before, ours = cpu_seconds(backend), time.process_time()
                         for first, end in windows:
                             with conn.transaction():
                                 way(conn, first, end)
                         spent[name].append((cpu_seconds(backend) - before) * 1000 / args.blocks)
+                        client[name].append((time.process_time() - ours) * 1000 / args.blocks)
                         got = conn.execute(CONTENT).fetchone()
                         assert got == expected, (name, got, expected)
             with psycopg.connect(url, autocommit=True, options=SERIAL) as conn:
@@ -153,13 +171,14 @@ def main() -> None:
 
     print(f"{args.blocks:,} mainnet-shaped blocks, {expected[0]:,} token transfers, windows of {args.window} blocks, "
           f"no query indexes; PostgreSQL backend CPU, median of {args.rounds}\n")
-    print("| way | ms of PostgreSQL's CPU a block | / copy |")
-    print("|---|---:|---:|")
+    print("| way | ms of PostgreSQL's CPU a block | / copy | ms of this process's CPU a block |")
+    print("|---|---:|---:|---:|")
     copy_ms = statistics.median(spent["copy"])
     for name, values in spent.items():
         ms = statistics.median(values)
         ratio = f"{ms / copy_ms:.2f}x" if copy_ms > 0 else "n/a"  # a few blocks can take under a clock tick
-        print(f"| {name} | {ms:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} |")
+        print(f"| {name} | {ms:.2f} ({min(values):.2f}-{max(values):.2f}) | {ratio} | "
+              f"{statistics.median(client[name]):.2f} |")
     print(f"\nabi_uint256 over {calls:,} logs of 32 bytes of data: {alone['abi_uint256'] - alone['scan']:.2f} ms a block "
           f"beyond reading them ({alone['scan']:.2f})")
 

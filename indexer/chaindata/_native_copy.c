@@ -6,8 +6,10 @@
  * timestamp as `YYYY-MM-DD HH:MM:SS+00`, `\N`); for any other field, or a value the column
  * could not hold, the whole table's lines are declined (None) and go to the database as text,
  * which stores them or refuses them in its own words, as before. So a table holds the same
- * values either way (tests/test_binary_copy.py). Built by the install beside the other C parts
- * (scripts/build_native.py); without it every COPY is text. */
+ * values either way (tests/test_binary_copy.py). And the token transfers, decoded from the logs'
+ * records into a binary COPY of their rows (native_copy/transfers.h). Built by the install
+ * beside the other C parts (scripts/build_native.py); without it every COPY is text and the
+ * token transfers are decoded in SQL. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -351,10 +353,16 @@ static PyObject *encode(PyObject *Py_UNUSED(module), PyObject *args)
     return result;
 }
 
+#include "native_copy/transfers.h"
+
 static PyMethodDef METHODS[] = {
     {"encode", encode, METH_VARARGS,
      "encode(lines, kinds) -> bytes | None: a table's text COPY lines (a list of str) as one binary COPY, "
      "header and trailer included, the columns' kinds one byte each; None where any line is to go as text."},
+    {"transfers", transfers, METH_O,
+     "transfers(records) -> (bytes, {shape: count}) | None: the token transfers of the logs' records that "
+     "token_transfers.TRANSFER_LOGS selects, as one binary COPY of token_transfers.COPY_TRANSFERS' columns, and "
+     "every log counted by DECODE_FIXED's shapes; None where a log is not read here."},
     {NULL, NULL, 0, NULL},
 };
 

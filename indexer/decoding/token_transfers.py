@@ -2,10 +2,14 @@
 
 Which standard a log follows is told by its first topic and its shape (schema/008_decoded_events.sql
 says what each shape means). The shapes whose fields sit at fixed places (ERC-20 and ERC-721
-Transfer, ERC-1155 TransferSingle, the unindexed Transfer of early tokens) are decoded by one
-`INSERT ... SELECT` in the database, amounts by `abi_uint256()`, with no row leaving it: that is
-what makes decoding several times faster than copying the logs out and back. Only TransferBatch
-carries dynamic arrays; its logs are read here, decoded by eth-abi, and copied back.
+Transfer, ERC-1155 TransferSingle, the unindexed Transfer of early tokens) are decoded in C: the
+transfer logs leave the database as a binary COPY (TRANSFER_LOGS), `_native_copy.transfers`
+tells their shapes apart and makes the rows, and they go back in as a binary COPY. The database
+then spends a third of the CPU it spent decoding them itself, in `DECODE_FIXED`'s `INSERT ...
+SELECT` with `abi_uint256()` (BENCHMARKS.md, "Token transfers decoded in C"). DECODE_FIXED is
+the definition: it decodes where the C part is not built or declines (a topic other than 32
+bytes), and the tests hold the two to the same rows and counts. Only TransferBatch carries
+dynamic arrays; its logs are read here, decoded by eth-abi, and copied back.
 
 A log of these events that does not fit its shape (a different event with the same signature,
 a token that broke the standard, a truncated array) is skipped and counted by reason; it never
@@ -21,6 +25,11 @@ import psycopg
 from eth_abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 from eth_utils import keccak
+
+try:
+    from ..chaindata import _native_copy
+except ImportError:  # installed without a C compiler: DECODE_FIXED decodes them all
+    _native_copy = None
 
 TRANSFER = keccak(text="Transfer(address,address,uint256)")
 TRANSFER_SINGLE = keccak(text="TransferSingle(address,address,address,uint256,uint256)")
@@ -97,6 +106,26 @@ WITH shaped AS (
 SELECT shape, count(*) FROM shaped GROUP BY shape
 """
 
+# The logs DECODE_FIXED reads, with what it reads of them, as one value: each log's record for
+# `_native_copy.transfers` (native_copy/transfers.h says its layout). One value, because reading
+# them row by row (a COPY out) cost the client 2 µs a row, more than the database saved. Each
+# record holds at most 32 bytes of a field, and data only of the lengths a shape reads, so a
+# window's value stays far under bytea's 1 GB whatever the logs hold; NULL for a range without them.
+TRANSFER_LOGS = """
+SELECT string_agg(
+    int8send(block_number) || int4send(log_index)
+    || CASE topic0 WHEN %(transfer)s THEN '\\x01'::bytea WHEN %(single)s THEN '\\x02'::bytea ELSE '\\x03'::bytea END
+    || int4send(length(transaction_hash)) || substring(transaction_hash FOR 32)
+    || int4send(length(address)) || substring(address FOR 32)
+    || int4send(coalesce(length(topic1), -1)) || coalesce(substring(topic1 FOR 32), ''::bytea)
+    || int4send(coalesce(length(topic2), -1)) || coalesce(substring(topic2 FOR 32), ''::bytea)
+    || int4send(coalesce(length(topic3), -1)) || coalesce(substring(topic3 FOR 32), ''::bytea)
+    || int4send(length(data)) || CASE WHEN length(data) IN (0, 32, 64, 96) THEN data ELSE ''::bytea END,
+    ''::bytea)
+FROM logs
+WHERE block_number BETWEEN %(first)s AND %(last)s AND topic0 IN (%(transfer)s, %(single)s, %(batch)s)
+"""
+
 # The TransferBatch logs DECODE_FIXED counted as `batch`, for eth-abi.
 SELECT_BATCHES = """
 SELECT block_number, log_index, transaction_hash, address, topic2, topic3, data
@@ -109,6 +138,7 @@ COPY_TRANSFERS = """
 COPY token_transfers (block_number, log_index, position, standard, token_address, from_address, to_address,
                       token_id, amount, transaction_hash) FROM STDIN
 """
+COPY_TRANSFERS_BINARY = COPY_TRANSFERS.rstrip() + " (FORMAT binary)"
 
 DELETE_RANGE = "DELETE FROM token_transfers WHERE block_number BETWEEN %(first)s AND %(last)s"
 
@@ -124,12 +154,16 @@ class Decoded:
 
 def decode_range(conn: psycopg.Connection, first: int, last: int) -> Decoded:
     """Replaces the token transfers of blocks first..last with those decoded from their stored
-    logs, in the caller's transaction."""
+    logs, in the caller's transaction. The C decoder holds the range's transfer logs and rows in
+    memory at once: callers keep a range to a window (decode_logs.WINDOW_LOGS)."""
     params = {"first": first, "last": last, "transfer": TRANSFER, "single": TRANSFER_SINGLE,
               "batch": TRANSFER_BATCH}
     conn.execute(DELETE_RANGE, params)
     result = Decoded()
-    for shape, count in conn.execute(DECODE_FIXED, params).fetchall():
+    shapes = _decode_fixed_in_c(conn, params)
+    if shapes is None:
+        shapes = conn.execute(DECODE_FIXED, params).fetchall()
+    for shape, count in shapes:
         if shape in FIXED_SHAPES:
             result.logs += count
             result.transfers += count
@@ -150,8 +184,29 @@ def decode_range(conn: psycopg.Connection, first: int, last: int) -> Decoded:
     return result
 
 
-def _batch_pairs(sender: bytes, receiver: bytes, data: bytes, skipped: Counter[str]) -> list[tuple[int, int]] | None:
+def _decode_fixed_in_c(conn: psycopg.Connection, params: dict) -> list[tuple[str, int]] | None:
+    """What DECODE_FIXED does, its rows made by `_native_copy.transfers`: the count of each shape,
+    or None (nothing written) where the C part is not built or declines the logs."""
+    if _native_copy is None:
+        return None
+    records = conn.cursor(binary=True).execute(TRANSFER_LOGS, params).fetchone()[0]
+    decoded = _native_copy.transfers(records or b"")
+    del records
+    if decoded is None:
+        return None
+    rows, shapes = decoded
+    if any(count for shape, count in shapes.items() if shape in FIXED_SHAPES):
+        with conn.cursor().copy(COPY_TRANSFERS_BINARY) as copy:
+            copy.write(rows)
+    return list(shapes.items())
+
+
+def _batch_pairs(sender: bytes | None, receiver: bytes | None, data: bytes,
+                 skipped: Counter[str]) -> list[tuple[int, int]] | None:
     """A TransferBatch's (id, value) pairs, or None (counted in `skipped`) if it is malformed."""
+    if sender is None or receiver is None:  # its topics were not stored in order: rows.py never does that
+        skipped["transfer batch: unexpected topics"] += 1
+        return None
     if sender[:12] != _WORD_PADDING or receiver[:12] != _WORD_PADDING:
         skipped["transfer batch: address with non-zero padding"] += 1
         return None
