@@ -19,6 +19,7 @@ fails the job. Decoding a range deletes its rows first, so it can be redone at w
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import psycopg
@@ -109,10 +110,12 @@ SELECT shape, count(*) FROM shaped GROUP BY shape
 # The logs DECODE_FIXED reads, with what it reads of them, as one value: each log's record for
 # `_native_copy.transfers` (native_copy/transfers.h says its layout). One value, because reading
 # them row by row (a COPY out) cost the client 2 µs a row, more than the database saved. Each
-# record holds at most 32 bytes of a field, and data only of the lengths a shape reads, so a
-# window's value stays far under bytea's 1 GB whatever the logs hold; NULL for a range without them.
+# record holds at most 32 bytes of a field, and data only of the lengths a shape reads: at most
+# 293 bytes, so bytea's 1 GB holds 3.6 million transfer logs, and a decode window (decode_logs.
+# WINDOW_LOGS) 25,000 logs. The value is NULL for a range without them; the count is there so
+# that a log string_agg passed over (a NULL record) is seen, and the C decoder's answer declined.
 TRANSFER_LOGS = """
-SELECT string_agg(
+SELECT count(*), string_agg(
     int8send(block_number) || int4send(log_index)
     || CASE topic0 WHEN %(transfer)s THEN '\\x01'::bytea WHEN %(single)s THEN '\\x02'::bytea ELSE '\\x03'::bytea END
     || int4send(length(transaction_hash)) || substring(transaction_hash FOR 32)
@@ -154,8 +157,15 @@ class Decoded:
 
 def decode_range(conn: psycopg.Connection, first: int, last: int) -> Decoded:
     """Replaces the token transfers of blocks first..last with those decoded from their stored
-    logs, in the caller's transaction. The C decoder holds the range's transfer logs and rows in
+    logs, in the caller's transaction (one of its own on an idle autocommit connection, so that a
+    failure leaves the range as it was). The C decoder holds the range's transfer logs and rows in
     memory at once: callers keep a range to a window (decode_logs.WINDOW_LOGS)."""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with conn.transaction() if idle and conn.autocommit else nullcontext():
+        return _decode_range(conn, first, last)
+
+
+def _decode_range(conn: psycopg.Connection, first: int, last: int) -> Decoded:
     params = {"first": first, "last": last, "transfer": TRANSFER, "single": TRANSFER_SINGLE,
               "batch": TRANSFER_BATCH}
     conn.execute(DELETE_RANGE, params)
@@ -189,10 +199,10 @@ def _decode_fixed_in_c(conn: psycopg.Connection, params: dict) -> list[tuple[str
     or None (nothing written) where the C part is not built or declines the logs."""
     if _native_copy is None:
         return None
-    records = conn.cursor(binary=True).execute(TRANSFER_LOGS, params).fetchone()[0]
+    logs, records = conn.cursor(binary=True).execute(TRANSFER_LOGS, params).fetchone()
     decoded = _native_copy.transfers(records or b"")
     del records
-    if decoded is None:
+    if decoded is None or sum(decoded[1].values()) != logs:
         return None
     rows, shapes = decoded
     if any(count for shape, count in shapes.items() if shape in FIXED_SHAPES):

@@ -146,7 +146,6 @@ static int shape_of(const Field *f)
 static void put_transfer(Out *out, const Field *f, int shape)
 {
     Field topic1 = f[5], topic2 = f[6], topic3 = f[7], data = f[8];
-    Field d1 = {data.at, 32}, d2 = {data.at + 32, 32};
     put16(out, TRANSFER_FIELDS);
     put32(out, 8), put64(out, read_int(f[0].at, 8));  /* block_number */
     put32(out, 4), put32(out, read_int(f[1].at, 4));  /* log_index */
@@ -157,7 +156,7 @@ static void put_transfer(Out *out, const Field *f, int shape)
         put_bytes(out, (const uint8_t *)SHAPE_NAMES[shape], (Py_ssize_t)strlen(SHAPE_NAMES[shape]));
     put_bytes(out, f[3].at, f[3].len);                /* token_address */
     if (shape == UNINDEXED) {                         /* from_address, to_address */
-        put_address(out, d1), put_address(out, d2);
+        put_address(out, (Field){data.at, 32}), put_address(out, (Field){data.at + 32, 32});
     } else if (shape == ERC1155) {
         put_address(out, topic2), put_address(out, topic3);
     } else {
@@ -166,7 +165,7 @@ static void put_transfer(Out *out, const Field *f, int shape)
     if (shape == ERC721)                              /* token_id */
         put_uint256(out, topic3.at);
     else if (shape == ERC1155)
-        put_uint256(out, d1.at);
+        put_uint256(out, data.at);
     else
         put_null_field(out);
     if (shape == ERC20)                               /* amount */
@@ -176,7 +175,7 @@ static void put_transfer(Out *out, const Field *f, int shape)
     } else if (shape == UNINDEXED)
         put_uint256(out, data.at + 64);
     else
-        put_uint256(out, d2.at);
+        put_uint256(out, data.at + 32);
     put_bytes(out, f[2].at, f[2].len);                /* transaction_hash */
 }
 
