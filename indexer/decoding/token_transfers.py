@@ -111,9 +111,10 @@ SELECT shape, count(*) FROM shaped GROUP BY shape
 # `_native_copy.transfers` (native_copy/transfers.h says its layout). One value, because reading
 # them row by row (a COPY out) cost the client 2 µs a row, more than the database saved. Each
 # record holds at most 32 bytes of a field, and data only of the lengths a shape reads: at most
-# 293 bytes, so bytea's 1 GB holds 3.6 million transfer logs, and a decode window (decode_logs.
-# WINDOW_LOGS) 25,000 logs. The value is NULL for a range without them; the count is there so
-# that a log string_agg passed over (a NULL record) is seen, and the C decoder's answer declined.
+# 293 bytes, so bytea's 1 GB holds 3.6 million transfer logs, and a decode window holds about
+# 10,000 logs (decode_logs.WINDOW_LOGS; one block's, where a block has more). The value is NULL
+# for a range without them; the count is there so that a log string_agg passed over (a NULL
+# record) is seen, and the C decoder's answer declined.
 TRANSFER_LOGS = """
 SELECT count(*), string_agg(
     int8send(block_number) || int4send(log_index)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # Stored logs per transaction: a window is well inside a lease, its rows are few enough to roll
 # back cheaply, and the token transfers' C decoder holds a window's transfer logs and rows in
 # memory (BENCHMARKS.md, "Token transfers decoded in C", measures both).
-WINDOW_LOGS = 25_000
+WINDOW_LOGS = 10_000
 
 # The last block of the window starting at `first`: the blocks up to `last` while the logs
 # before each stay under the target, and at least `first` itself. A range without stored blocks
