@@ -46,7 +46,7 @@ static int end_encoding(Encodings *e)
 
 static void clear(Encodings *e)
 {
-    PyMem_Free(e->buffer.data);
+    PyMem_RawFree(e->buffer.data);
     PyMem_Free(e->ends);
     memset(e, 0, sizeof *e);
 }
@@ -205,7 +205,7 @@ static PyObject *encoding_or_none(int r, Buffer *b)
     PyObject *result = r == ERROR ? NULL
         : r == OK ? PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->len)
         : Py_NewRef(Py_None);
-    PyMem_Free(b->data);
+    PyMem_RawFree(b->data);
     return result;
 }
 

@@ -14,6 +14,8 @@
 #ifndef NATIVE_COPY_TRANSFERS_H
 #define NATIVE_COPY_TRANSFERS_H
 
+#include "../native_shared/buffer.h"
+
 #define LOG_FIELDS 9  /* block_number, log_index, transaction_hash, address, the event, topic1..topic3, data */
 #define TRANSFER_FIELDS 10  /* token_transfers.COPY_TRANSFERS' columns */
 
@@ -21,27 +23,6 @@ typedef struct {
     const uint8_t *at;
     Py_ssize_t len;  /* -1: NULL */
 } Field;
-
-typedef struct {
-    char *data;
-    Py_ssize_t len, size;
-} Grown;
-
-/* Room for `more` bytes at the end of `g`; -1 if there is none to be had. Runs without the GIL. */
-static int room(Grown *g, Py_ssize_t more)
-{
-    if (g->len + more <= g->size)
-        return 0;
-    Py_ssize_t size = g->size ? g->size : 1 << 16;
-    while (size < g->len + more)
-        size *= 2;
-    char *data = PyMem_RawRealloc(g->data, (size_t)size);
-    if (data == NULL)
-        return -1;
-    g->data = data;
-    g->size = size;
-    return 0;
-}
 
 static int64_t read_int(const uint8_t *at, int bytes)
 {
@@ -227,15 +208,15 @@ static int read_log(const uint8_t **at, const uint8_t *end, Field *f)
 enum { DECODED, NOT_READ, NO_MEMORY };
 
 /* The rows of every record into `g`, each log's shape counted in `counts`. Runs without the GIL. */
-static int decode_records(const uint8_t *at, const uint8_t *end, Grown *g, Py_ssize_t counts[SHAPES])
+static int decode_records(const uint8_t *at, const uint8_t *end, Buffer *g, Py_ssize_t counts[SHAPES])
 {
-    if (room(g, 19) < 0)
+    if (grow(g, 19) < 0)
         return NO_MEMORY;
-    Out out = {g->data};
+    Out out = {(char *)g->data};
     memcpy(out.at, SIGNATURE, 11);
     out.at += 11;
     put32(&out, 0), put32(&out, 0);
-    g->len = out.at - g->data;
+    g->len = (size_t)(out.at - (char *)g->data);
     while (at < end) {
         Field f[LOG_FIELDS];
         if (read_log(&at, end, f) != OK)
@@ -244,15 +225,15 @@ static int decode_records(const uint8_t *at, const uint8_t *end, Grown *g, Py_ss
         counts[shape]++;
         if (shape > ERC1155)
             continue;
-        if (room(g, TRANSFER_ROW_MOST + f[2].len + f[3].len) < 0)
+        if (grow(g, TRANSFER_ROW_MOST + f[2].len + f[3].len) < 0)
             return NO_MEMORY;
-        out.at = g->data + g->len;
+        out.at = (char *)g->data + g->len;
         put_transfer(&out, f, shape);
-        g->len = out.at - g->data;
+        g->len = (size_t)(out.at - (char *)g->data);
     }
-    if (room(g, 2) < 0)
+    if (grow(g, 2) < 0)
         return NO_MEMORY;
-    out.at = g->data + g->len;
+    out.at = (char *)g->data + g->len;
     put16(&out, -1);
     g->len += 2;
     return DECODED;
@@ -264,7 +245,7 @@ static PyObject *transfers(PyObject *Py_UNUSED(module), PyObject *arg)
     if (PyObject_GetBuffer(arg, &records, PyBUF_SIMPLE) < 0)
         return NULL;
     PyObject *result = NULL, *counts = NULL;
-    Grown g = {NULL, 0, 0};
+    Buffer g = {NULL, 0, 0};
     Py_ssize_t counted[SHAPES] = {0};
     int decoded;
     Py_BEGIN_ALLOW_THREADS
@@ -289,7 +270,7 @@ static PyObject *transfers(PyObject *Py_UNUSED(module), PyObject *arg)
         if (failed)
             goto done;
     }
-    result = Py_BuildValue("(y#O)", g.data, g.len, counts);
+    result = Py_BuildValue("(y#O)", (const char *)g.data, (Py_ssize_t)g.len, counts);
 done:
     PyMem_RawFree(g.data);
     Py_XDECREF(counts);

@@ -9,31 +9,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../native_shared/buffer.h"
 #include "../native_shared/hex.h"
 
-typedef struct {
-    uint8_t *data;
-    size_t len, cap;
-} Buffer;
-
+/* Room for `more` bytes, or -1 with MemoryError set. */
 static int reserve(Buffer *b, size_t more)
 {
-    if (b->len + more <= b->cap)
-        return 0;
-    if (more > PY_SSIZE_T_MAX / 2 - b->len) {
+    if (grow(b, more) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more)
-        cap *= 2;
-    uint8_t *data = PyMem_Realloc(b->data, cap);
-    if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->data = data;
-    b->cap = cap;
     return 0;
 }
 
