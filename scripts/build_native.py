@@ -30,7 +30,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCES = {
     "indexer/chaindata/_native_roots.c": "the root checks will run in Python only",
     "indexer/chaindata/_native_rows.c": "the rows will be encoded in Python only",
-    "indexer/chaindata/_native_copy.c": "every COPY will be text",
+    "indexer/chaindata/_native_copy.c": "every COPY will be text, and the token transfers decoded in SQL",
 }
 
 
