@@ -162,6 +162,39 @@ def test_an_interrupted_build_is_dropped_and_made_again(db_url, conn, chain_node
         == "CREATE INDEX transactions_0_from_idx ON public.transactions_0 USING btree (from_address, block_number)"
 
 
+def test_a_draining_worker_runs_the_index_job_the_reaper_enqueued_while_it_looked(db_url, conn, chain_node, work,
+                                                                                   monkeypatch):
+    """The pool's reaper enqueues a partition's index job between the draining worker's look at
+    the queue (nothing unfinished) and its own enqueue (which then finds the job made): the worker
+    runs it before it exits, instead of leaving it pending behind an exit 0."""
+    from indexer.base import settings
+    from indexer.operations.worker import Worker
+
+    head = chain_node.head()
+    planner.plan(conn, 0, head + 1, 100)
+    assert work(db_url, chain_node.url, "--workers", "1", "--drain").wait() == 0
+    for _, _, drop, _ in conn.execute(partitions.QUERY_INDEXES, {"first": 0}).fetchall():
+        conn.execute(drop)
+    conn.execute("UPDATE chain_partitions SET indexed_at = NULL, index_job_at = NULL")
+    enqueue = partitions.enqueue_index_jobs
+
+    def the_reaper_first(worker_conn: psycopg.Connection) -> list[int]:
+        with db.connect(db_url) as reaper:
+            enqueue(reaper)
+        return enqueue(worker_conn)
+
+    monkeypatch.setattr(partitions, "enqueue_index_jobs", the_reaper_first)
+    cfg = settings.load(database_url=db_url, rpc_url=chain_node.url, use_finalized=False, confirmations=0)
+    worker = Worker(cfg, drain=True)
+    try:
+        assert worker.run() == 0
+    finally:
+        worker.prefetch.shutdown()
+        worker._drop_connections()
+    assert set(query_indexes(conn, 0).values()) == {True}
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
 def test_a_build_whose_claim_is_lost_is_cancelled(db_url, conn, chain_node, work):
     head = chain_node.head()
     planner.plan(conn, 0, head + 1, 100)

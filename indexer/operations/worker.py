@@ -164,7 +164,9 @@ class Worker:
                 if job is not None:
                     job = self.run_claim(job)
                 elif self.drain and not queue_counts.has_unfinished_jobs(self.conn):
-                    if partitions.enqueue_index_jobs(self.conn):  # what the reaper would enqueue next
+                    # What the reaper would enqueue next; or what it enqueued since the look
+                    # above, which this enqueue then finds done.
+                    if partitions.enqueue_index_jobs(self.conn) or queue_counts.has_unfinished_jobs(self.conn):
                         continue
                     queue.notify(self.conn)  # the other draining workers look again now
                     break
