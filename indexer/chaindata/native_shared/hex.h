@@ -85,8 +85,8 @@ static inline __m128i hex_pairs(__m128i values)
 #endif
 
 /* `n` hex digits (n even) into bytes; 0 if one is not a hex digit (what was written is then
- * meaningless). With SSE2, 32 digits at a time (0.31x the pair table's CPU on a mainnet block's
- * inputs: BENCHMARKS.md, "Hex digits 32 at a time"), the rest by the table. */
+ * meaningless). With SSE2, 32 digits at a time (0.31x the pair table's CPU on long values:
+ * BENCHMARKS.md, "Hex digits 32 at a time"), the rest by the table. */
 static inline int unhex(uint8_t *out, const char *digits, size_t n)
 {
     size_t i = 0;
