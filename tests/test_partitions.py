@@ -162,6 +162,16 @@ def test_an_interrupted_build_is_dropped_and_made_again(db_url, conn, chain_node
         == "CREATE INDEX transactions_0_from_idx ON public.transactions_0 USING btree (from_address, block_number)"
 
 
+def indexed_then_its_indexes_dropped(db_url: str, conn: psycopg.Connection, chain_node, work) -> None:
+    """The whole chain indexed by a draining pool, its partition's index job included; then the
+    partition's query indexes dropped and the partition marked not indexed, as before that job."""
+    planner.plan(conn, 0, chain_node.head() + 1, 100)
+    assert work(db_url, chain_node.url, "--workers", "1", "--drain").wait() == 0
+    for _, _, drop, _ in conn.execute(partitions.QUERY_INDEXES, {"first": 0}).fetchall():
+        conn.execute(drop)
+    conn.execute("UPDATE chain_partitions SET indexed_at = NULL")
+
+
 def test_a_draining_worker_runs_the_index_job_the_reaper_enqueued_while_it_looked(db_url, conn, chain_node, work,
                                                                                    monkeypatch):
     """The pool's reaper enqueues a partition's index job between the draining worker's look at
@@ -170,12 +180,8 @@ def test_a_draining_worker_runs_the_index_job_the_reaper_enqueued_while_it_looke
     from indexer.base import settings
     from indexer.operations.worker import Worker
 
-    head = chain_node.head()
-    planner.plan(conn, 0, head + 1, 100)
-    assert work(db_url, chain_node.url, "--workers", "1", "--drain").wait() == 0
-    for _, _, drop, _ in conn.execute(partitions.QUERY_INDEXES, {"first": 0}).fetchall():
-        conn.execute(drop)
-    conn.execute("UPDATE chain_partitions SET indexed_at = NULL, index_job_at = NULL")
+    indexed_then_its_indexes_dropped(db_url, conn, chain_node, work)
+    conn.execute("UPDATE chain_partitions SET index_job_at = NULL")
     enqueue = partitions.enqueue_index_jobs
 
     def the_reaper_first(worker_conn: psycopg.Connection) -> list[int]:
@@ -196,14 +202,9 @@ def test_a_draining_worker_runs_the_index_job_the_reaper_enqueued_while_it_looke
 
 
 def test_a_build_whose_claim_is_lost_is_cancelled(db_url, conn, chain_node, work):
-    head = chain_node.head()
-    planner.plan(conn, 0, head + 1, 100)
-    assert work(db_url, chain_node.url, "--workers", "1", "--drain").wait() == 0
     # Undo what the index job did, so that it runs again, and hold a lock that its first build
     # waits for, as a long build keeps it busy.
-    for _, _, drop, _ in conn.execute(partitions.QUERY_INDEXES, {"first": 0}).fetchall():
-        conn.execute(drop)
-    conn.execute("UPDATE chain_partitions SET indexed_at = NULL")
+    indexed_then_its_indexes_dropped(db_url, conn, chain_node, work)
     queue.enqueue(conn, INDEX_PARTITION, [{"from": 0, "to": 999_999}])
     with db.connect(db_url, autocommit=False) as blocker:
         blocker.execute("LOCK TABLE blocks_0 IN SHARE UPDATE EXCLUSIVE MODE")
