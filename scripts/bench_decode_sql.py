@@ -14,7 +14,8 @@ it is all there), ms per block:
 - decode_range in SQL: `token_transfers.decode_range` as a decode job runs it where the C part
   is not built (one INSERT ... SELECT, and the TransferBatch logs through eth-abi);
 - decode_range in C: the same, as it runs with `_native_copy.transfers` (the transfer logs
-  COPYed out, decoded in C, the rows COPYed in); this process's CPU is shown beside it;
+  read out as one value, TRANSFER_LOGS, decoded in C, the rows COPYed in); this process's CPU
+  is shown beside it;
 - copy: the rows decode_range made, read out once beforehand, COPYed in (FORMAT binary): what
   the COPY-only loader of bench_backfill.py does;
 - out and back: the same SELECT, its rows COPYed out (FORMAT binary) and straight back in, so

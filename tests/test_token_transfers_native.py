@@ -48,8 +48,9 @@ def address_word(address: bytes, padding: bytes = bytes(12)) -> bytes:
 
 @pytest.fixture
 def logs(conn: psycopg.Connection) -> Iterator[list[tuple]]:
-    """Logs to insert, each (topic0, topic1, topic2, topic3, data, address, transaction hash); the
-    test fills the list, this stores them in blocks FIRST.., ten a block."""
+    """Logs to insert, each (topic0, topic1, topic2, topic3, data, address, transaction hash),
+    in a database with the partitions of blocks FIRST..LAST: the test fills the list and stores
+    it (`store`: ten logs a block from FIRST)."""
     partitions.ensure(conn, FIRST, LAST)
     made: list[tuple] = []
     yield made

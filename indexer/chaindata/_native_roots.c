@@ -257,11 +257,12 @@ static PyObject *ordered_trie_root(PyObject *self, PyObject *values)
     return failed ? NULL : PyBytes_FromStringAndSize((const char *)root, 32);
 }
 
-static PyObject *keccak(PyObject *self, PyObject *args)
+static PyObject *keccak(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *names[] = {"data", "portable", NULL};
     Py_buffer view;
     int portable = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &portable))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|p", names, &view, &portable))
         return NULL;
     uint8_t out[32];
     Py_BEGIN_ALLOW_THREADS
@@ -283,7 +284,7 @@ static PyMethodDef METHODS[] = {
      "None where not read here."},
     {"ordered_trie_root", ordered_trie_root, METH_O,
      "ordered_trie_root(values) -> bytes: the root of the trie mapping rlp(i) to values[i]."},
-    {"keccak", keccak, METH_VARARGS,
+    {"keccak", (PyCFunction)(void (*)(void))keccak, METH_VARARGS | METH_KEYWORDS,
      "keccak(data, portable=False) -> bytes: keccak-256; with portable, by the permutation any processor runs "
      "(KECCAK_PERMUTATION names the one used otherwise)."},
     {NULL, NULL, 0, NULL},

@@ -3,12 +3,13 @@
 Which standard a log follows is told by its first topic and its shape (schema/008_decoded_events.sql
 says what each shape means). The shapes whose fields sit at fixed places (ERC-20 and ERC-721
 Transfer, ERC-1155 TransferSingle, the unindexed Transfer of early tokens) are decoded in C: the
-transfer logs leave the database as a binary COPY (TRANSFER_LOGS), `_native_copy.transfers`
-tells their shapes apart and makes the rows, and they go back in as a binary COPY. The database
-then spends a third of the CPU it spent decoding them itself, in `DECODE_FIXED`'s `INSERT ...
-SELECT` with `abi_uint256()` (BENCHMARKS.md, "Token transfers decoded in C"). DECODE_FIXED is
-the definition: it decodes where the C part is not built or declines (a topic other than 32
-bytes), and the tests hold the two to the same rows and counts. Only TransferBatch carries
+transfer logs leave the database as one value (TRANSFER_LOGS, a record a log),
+`_native_copy.transfers` tells their shapes apart and makes the rows, and they go back in as a
+binary COPY. The database then spends 0.68x the CPU it spent decoding them itself, in
+`DECODE_FIXED`'s `INSERT ... SELECT` with `abi_uint256()` (BENCHMARKS.md, "Token transfers
+decoded in C"). DECODE_FIXED is the definition: it decodes where the C part is not built or
+declines (a topic other than 32 bytes, an address or transaction hash over 32, a record missing
+from the value), and the tests hold the two to the same rows and counts. Only TransferBatch carries
 dynamic arrays; its logs are read here, decoded by eth-abi, and copied back.
 
 A log of these events that does not fit its shape (a different event with the same signature,
@@ -200,9 +201,10 @@ def _decode_fixed_in_c(conn: psycopg.Connection, params: dict) -> list[tuple[str
     or None (nothing written) where the C part is not built or declines the logs."""
     if _native_copy is None:
         return None
-    logs, records = conn.cursor(binary=True).execute(TRANSFER_LOGS, params).fetchone()
+    with conn.cursor(binary=True) as cursor:
+        logs, records = cursor.execute(TRANSFER_LOGS, params).fetchone()
     decoded = _native_copy.transfers(records or b"")
-    del records
+    del records  # the window's records, freed before its rows go out: a lower peak for the worker
     if decoded is None or sum(decoded[1].values()) != logs:
         return None
     rows, shapes = decoded

@@ -36,7 +36,7 @@ def test_keccak_equals_the_reference_at_every_block_boundary(portable: bool) -> 
     for n in [*range(0, 300), 1_000, 4_096, 100_000]:  # the rate is 136 bytes: 135, 136, 137, 271, 272...
         data = rng.randbytes(n)
         assert native.keccak(data, portable) == rlp_codec.keccak(data), n
-    assert native.keccak(memoryview(b"abc"), portable) == rlp_codec.keccak(b"abc")
+    assert native.keccak(memoryview(b"abc"), portable=portable) == rlp_codec.keccak(b"abc")
 
 
 def test_the_permutation_for_this_processor_is_picked() -> None:

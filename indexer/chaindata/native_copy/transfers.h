@@ -16,7 +16,7 @@
 
 #include "../native_shared/buffer.h"
 
-#define LOG_FIELDS 9  /* block_number, log_index, transaction_hash, address, the event, topic1..topic3, data */
+#define LOG_FIELDS 9  /* block_number, log_index, transaction_hash, address, (unused), topic1..topic3, data */
 #define TRANSFER_FIELDS 10  /* token_transfers.COPY_TRANSFERS' columns */
 
 typedef struct {
@@ -100,11 +100,14 @@ static const char *const SHAPE_NAMES[SHAPES] = {
     "transfer single: unexpected topics/data length", "transfer batch: unexpected topics",
 };
 
-/* A log's shape, as DECODE_FIXED's CASE says it (f: the log's fields; f[4].len its event). */
-static int shape_of(const Field *f)
+/* The events TRANSFER_LOGS tells apart by topic0, one byte of its record. */
+enum { TRANSFER_EVENT = 1, SINGLE_EVENT = 2, BATCH_EVENT = 3 };
+
+/* A log's shape, as DECODE_FIXED's CASE says it (f: the log's fields). */
+static int shape_of(int event, const Field *f)
 {
     Field topic1 = f[5], topic2 = f[6], topic3 = f[7], data = f[8];
-    if (f[4].len == 1) {
+    if (event == TRANSFER_EVENT) {
         if (topic3.len >= 0 && data.len == 0)
             return padded(topic1) && padded(topic2) ? ERC721 : TRANSFER_PADDING;
         if (topic2.len >= 0 && topic3.len < 0 && data.len == 32)
@@ -115,7 +118,7 @@ static int shape_of(const Field *f)
         }
         return TRANSFER_LENGTHS;
     }
-    if (f[4].len == 2) {
+    if (event == SINGLE_EVENT) {
         if (topic3.len >= 0 && data.len == 64)
             return padded(topic1) && padded(topic2) && padded(topic3) ? ERC1155 : SINGLE_PADDING;
         return SINGLE_LENGTHS;
@@ -179,15 +182,16 @@ static int read_field(const uint8_t **at, const uint8_t *end, Field *f, int is_d
 /* Reads the record at `*at` into `f`; DECLINE where it is cut short, or holds what this decoder
  * does not read as DECODE_FIXED would: a topic other than 32 bytes, an address or transaction
  * hash over 32 (their bytes are written out whole), an event other than the three. */
-static int read_log(const uint8_t **at, const uint8_t *end, Field *f)
+static int read_log(const uint8_t **at, const uint8_t *end, int *event, Field *f)
 {
     if (end - *at < 13)
         return DECLINE;
     f[0] = (Field){*at, 8};
     f[1] = (Field){*at + 8, 4};
-    f[4] = (Field){*at + 12, (*at)[12]};  /* the event, in the length */
+    f[4] = (Field){NULL, -1};  /* topic0: told by the event */
+    *event = (*at)[12];
     *at += 13;
-    if (f[4].len < 1 || f[4].len > 3)
+    if (*event < TRANSFER_EVENT || *event > BATCH_EVENT)
         return DECLINE;
     TRY(read_field(at, end, &f[2], 0));
     TRY(read_field(at, end, &f[3], 0));
@@ -219,9 +223,10 @@ static int decode_records(const uint8_t *at, const uint8_t *end, Buffer *g, Py_s
     g->len = (size_t)(out.at - (char *)g->data);
     while (at < end) {
         Field f[LOG_FIELDS];
-        if (read_log(&at, end, f) != OK)
+        int event;
+        if (read_log(&at, end, &event, f) != OK)
             return NOT_READ;
-        int shape = shape_of(f);
+        int shape = shape_of(event, f);
         counts[shape]++;
         if (shape > ERC1155)
             continue;

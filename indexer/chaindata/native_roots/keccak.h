@@ -19,9 +19,15 @@ static const uint64_t ROUND_CONSTANTS[24] = {
     0x8000000080008081ULL, 0x8000000000008080ULL, 0x0000000080000001ULL, 0x8000000080008008ULL,
 };
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE __attribute__((always_inline))  /* into each of the two permutations below */
+#else
+#define ALWAYS_INLINE
+#endif
+
 /* Keccak-f[1600] with the 25 lanes in locals, each round written out (theta, rho and pi, chi,
  * iota): gcc keeps most lanes in registers. Compiled twice, below. */
-static inline __attribute__((always_inline)) void keccak_rounds(uint64_t *s)
+static inline ALWAYS_INLINE void keccak_rounds(uint64_t *s)
 {
     uint64_t a00 = s[0], a01 = s[1], a02 = s[2], a03 = s[3], a04 = s[4];
     uint64_t a05 = s[5], a06 = s[6], a07 = s[7], a08 = s[8], a09 = s[9];
@@ -96,7 +102,7 @@ static inline __attribute__((always_inline)) void keccak_rounds(uint64_t *s)
 }
 
 /* The permutation for any x86-64 (or other) processor, and for one with BMI1 and BMI2, whose
- * and-not and flagless rotates make it 0.85x the CPU (BENCHMARKS.md, "Keccak with BMI2"):
+ * and-not and flagless rotates make it 0.85x the CPU (BENCHMARKS.md, "Keccak with BMI1 and BMI2"):
  * init_keccak picks at import, so a build runs on any processor of its architecture. */
 static void keccak_f_any(uint64_t *s) { keccak_rounds(s); }
 #if defined(__x86_64__) && defined(__GNUC__)

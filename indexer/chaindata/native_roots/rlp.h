@@ -1,6 +1,7 @@
-/* A growing byte buffer, RLP into it, and the JSON's hex strings read into RLP: the pieces every
- * encoding is made of. A reader answers OK (written), DECLINE (not read here: the Python check
- * decides) or ERROR (a Python exception is set): native_shared/hex.h. Part of _native_roots.c. */
+/* RLP into a growing byte buffer (native_shared/buffer.h), and the JSON's hex strings read into
+ * RLP: the pieces every encoding is made of. A reader answers OK (written), DECLINE (not read
+ * here: the Python check decides) or ERROR (a Python exception is set): native_shared/hex.h. Part
+ * of _native_roots.c. */
 
 #ifndef NATIVE_ROOTS_RLP_H
 #define NATIVE_ROOTS_RLP_H

@@ -20,21 +20,23 @@ static int is_ascii_str(PyObject *v)
     return PyUnicode_CheckExact(v) && PyUnicode_IS_ASCII(v);
 }
 
-/* Sixteen characters at a time with SSE2 (hex.h's hex_nibbles), then eight at a time: each
- * byte's top bit says whether it is in a range, found by adding to all eight at once (no byte
- * carries into the next while all are below 0x80). A transaction's input and a bloom are most of
- * the characters a line checks. */
+/* Many characters at a time: a transaction's input and a bloom are most of the characters a line
+ * checks (BENCHMARKS.md, "Hex digits 32 at a time"). */
 static int all_hex(const char *s, Py_ssize_t n)
 {
     const uint64_t ones = 0x0101010101010101u, high = 0x80 * ones;
     Py_ssize_t i = 0;
 #if defined(__SSE2__)
+    /* Sixteen with SSE2: hex.h's hex_nibbles marks the lanes that are not a digit (the values it
+     * also makes are unused here, and the compiler leaves them out). */
     __m128i bad = _mm_setzero_si128();
     for (; i + 16 <= n; i += 16)
         hex_nibbles(_mm_loadu_si128((const __m128i *)(s + i)), &bad);
     if (_mm_movemask_epi8(bad) != 0)
         return 0;
 #endif
+    /* Eight in a 64-bit word: each byte's top bit says whether it is in a range, found by adding
+     * to all eight at once (no byte carries into the next while all are below 0x80). */
     for (; i + 8 <= n; i += 8) {
         uint64_t x, lower;
         memcpy(&x, s + i, 8);
