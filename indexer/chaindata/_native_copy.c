@@ -59,6 +59,16 @@ static void put64(Out *out, int64_t v)
         *out->at++ = (char)(u >> (8 * i));
 }
 
+/* The binary COPY's header: its signature, no flags, no header extension. */
+#define HEADER_SIZE (sizeof SIGNATURE + 8)
+
+static void put_header(Out *out)
+{
+    memcpy(out->at, SIGNATURE, sizeof SIGNATURE);
+    out->at += sizeof SIGNATURE;
+    put32(out, 0), put32(out, 0);
+}
+
 /* A 4-byte length or count known only once what follows is written: `hole` leaves its place,
  * `fill` writes it there. */
 static char *hole(Out *out)
@@ -323,7 +333,7 @@ static PyObject *encode(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     }
     Py_ssize_t count = PyList_GET_SIZE(lines);
-    size_t size = sizeof SIGNATURE + 8 + 2;
+    size_t size = HEADER_SIZE + 2;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
         if (!PyUnicode_CheckExact(line) || !PyUnicode_IS_ASCII(line) || PyUnicode_GET_LENGTH(line) >= LONGEST_LINE)
@@ -334,9 +344,7 @@ static PyObject *encode(PyObject *Py_UNUSED(module), PyObject *args)
     if (result == NULL)
         return NULL;
     Out out = {PyBytes_AS_STRING(result)};
-    memcpy(out.at, SIGNATURE, sizeof SIGNATURE);
-    out.at += sizeof SIGNATURE;
-    put32(&out, 0), put32(&out, 0);  /* no flags, no header extension */
+    put_header(&out);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *line = PyList_GET_ITEM(lines, i);
         if (put_line(&out, kinds, columns, (const char *)PyUnicode_DATA(line), PyUnicode_GET_LENGTH(line)) != OK) {

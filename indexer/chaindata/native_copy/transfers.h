@@ -16,13 +16,20 @@
 
 #include "../native_shared/buffer.h"
 
-#define LOG_FIELDS 9  /* block_number, log_index, transaction_hash, address, (unused), topic1..topic3, data */
 #define TRANSFER_FIELDS 10  /* token_transfers.COPY_TRANSFERS' columns */
 
 typedef struct {
     const uint8_t *at;
     Py_ssize_t len;  /* -1: NULL */
 } Field;
+
+/* A log's record, read: its block number and index where the record holds them (8 and 4 bytes),
+ * its event, and its fields. */
+typedef struct {
+    const uint8_t *number, *index;
+    int event;
+    Field hash, address, topic1, topic2, topic3, data;
+} Log;
 
 static int64_t read_int(const uint8_t *at, int bytes)
 {
@@ -103,11 +110,11 @@ static const char *const SHAPE_NAMES[SHAPES] = {
 /* The events TRANSFER_LOGS tells apart by topic0, one byte of its record. */
 enum { TRANSFER_EVENT = 1, SINGLE_EVENT = 2, BATCH_EVENT = 3 };
 
-/* A log's shape, as DECODE_FIXED's CASE says it (f: the log's fields). */
-static int shape_of(int event, const Field *f)
+/* A log's shape, as DECODE_FIXED's CASE says it. */
+static int shape_of(const Log *log)
 {
-    Field topic1 = f[5], topic2 = f[6], topic3 = f[7], data = f[8];
-    if (event == TRANSFER_EVENT) {
+    Field topic1 = log->topic1, topic2 = log->topic2, topic3 = log->topic3, data = log->data;
+    if (log->event == TRANSFER_EVENT) {
         if (topic3.len >= 0 && data.len == 0)
             return padded(topic1) && padded(topic2) ? ERC721 : TRANSFER_PADDING;
         if (topic2.len >= 0 && topic3.len < 0 && data.len == 32)
@@ -118,7 +125,7 @@ static int shape_of(int event, const Field *f)
         }
         return TRANSFER_LENGTHS;
     }
-    if (event == SINGLE_EVENT) {
+    if (log->event == SINGLE_EVENT) {
         if (topic3.len >= 0 && data.len == 64)
             return padded(topic1) && padded(topic2) && padded(topic3) ? ERC1155 : SINGLE_PADDING;
         return SINGLE_LENGTHS;
@@ -127,18 +134,18 @@ static int shape_of(int event, const Field *f)
 }
 
 /* Writes the token_transfers row of a log of a decoded shape (DECODE_FIXED's INSERT ... SELECT). */
-static void put_transfer(Out *out, const Field *f, int shape)
+static void put_transfer(Out *out, const Log *log, int shape)
 {
-    Field topic1 = f[5], topic2 = f[6], topic3 = f[7], data = f[8];
+    Field topic1 = log->topic1, topic2 = log->topic2, topic3 = log->topic3, data = log->data;
     put16(out, TRANSFER_FIELDS);
-    put32(out, 8), put64(out, read_int(f[0].at, 8));  /* block_number */
-    put32(out, 4), put32(out, read_int(f[1].at, 4));  /* log_index */
+    put32(out, 8), put64(out, read_int(log->number, 8));  /* block_number */
+    put32(out, 4), put32(out, read_int(log->index, 4));   /* log_index */
     put32(out, 4), put32(out, 0);                     /* position */
     if (shape == UNINDEXED)                           /* standard: the log alone cannot tell */
         put_null_field(out);
     else
         put_bytes(out, (const uint8_t *)SHAPE_NAMES[shape], (Py_ssize_t)strlen(SHAPE_NAMES[shape]));
-    put_bytes(out, f[3].at, f[3].len);                /* token_address */
+    put_bytes(out, log->address.at, log->address.len);  /* token_address */
     if (shape == UNINDEXED) {                         /* from_address, to_address */
         put_address(out, (Field){data.at, 32}), put_address(out, (Field){data.at + 32, 32});
     } else if (shape == ERC1155) {
@@ -160,7 +167,7 @@ static void put_transfer(Out *out, const Field *f, int shape)
         put_uint256(out, data.at + 64);
     else
         put_uint256(out, data.at + 32);
-    put_bytes(out, f[2].at, f[2].len);                /* transaction_hash */
+    put_bytes(out, log->hash.at, log->hash.len);      /* transaction_hash */
 }
 
 /* One field of a record: its length, and its bytes where the record holds them. */
@@ -179,29 +186,30 @@ static int read_field(const uint8_t **at, const uint8_t *end, Field *f, int is_d
     return OK;
 }
 
-/* Reads the record at `*at` into `f`; DECLINE where it is cut short, or holds what this decoder
+/* Reads the record at `*at` into `log`; DECLINE where it is cut short, or holds what this decoder
  * does not read as DECODE_FIXED would: a topic other than 32 bytes, an address or transaction
  * hash over 32 (their bytes are written out whole), an event other than the three. */
-static int read_log(const uint8_t **at, const uint8_t *end, int *event, Field *f)
+static int read_log(const uint8_t **at, const uint8_t *end, Log *log)
 {
     if (end - *at < 13)
         return DECLINE;
-    f[0] = (Field){*at, 8};
-    f[1] = (Field){*at + 8, 4};
-    f[4] = (Field){NULL, -1};  /* topic0: told by the event */
-    *event = (*at)[12];
+    log->number = *at;
+    log->index = *at + 8;
+    log->event = (*at)[12];
     *at += 13;
-    if (*event < TRANSFER_EVENT || *event > BATCH_EVENT)
+    if (log->event < TRANSFER_EVENT || log->event > BATCH_EVENT)
         return DECLINE;
-    TRY(read_field(at, end, &f[2], 0));
-    TRY(read_field(at, end, &f[3], 0));
-    for (int i = 5; i <= 7; i++) {
-        TRY(read_field(at, end, &f[i], 0));
-        if (f[i].len != -1 && f[i].len != 32)
+    TRY(read_field(at, end, &log->hash, 0));
+    TRY(read_field(at, end, &log->address, 0));
+    Field *topics[3] = {&log->topic1, &log->topic2, &log->topic3};
+    for (int i = 0; i < 3; i++) {
+        TRY(read_field(at, end, topics[i], 0));
+        if (topics[i]->len != -1 && topics[i]->len != 32)
             return DECLINE;
     }
-    TRY(read_field(at, end, &f[8], 1));
-    if (f[2].len < 0 || f[2].len > 32 || f[3].len < 0 || f[3].len > 32 || f[8].len < 0)
+    TRY(read_field(at, end, &log->data, 1));
+    if (log->hash.len < 0 || log->hash.len > 32 || log->address.len < 0 || log->address.len > 32
+        || log->data.len < 0)
         return DECLINE;
     return OK;
 }
@@ -214,26 +222,23 @@ enum { DECODED, NOT_READ, NO_MEMORY };
 /* The rows of every record into `g`, each log's shape counted in `counts`. Runs without the GIL. */
 static int decode_records(const uint8_t *at, const uint8_t *end, Buffer *g, Py_ssize_t counts[SHAPES])
 {
-    if (grow(g, 19) < 0)
+    if (grow(g, HEADER_SIZE) < 0)
         return NO_MEMORY;
     Out out = {(char *)g->data};
-    memcpy(out.at, SIGNATURE, 11);
-    out.at += 11;
-    put32(&out, 0), put32(&out, 0);
+    put_header(&out);
     g->len = (size_t)(out.at - (char *)g->data);
     while (at < end) {
-        Field f[LOG_FIELDS];
-        int event;
-        if (read_log(&at, end, &event, f) != OK)
+        Log log;
+        if (read_log(&at, end, &log) != OK)
             return NOT_READ;
-        int shape = shape_of(event, f);
+        int shape = shape_of(&log);
         counts[shape]++;
         if (shape > ERC1155)
             continue;
-        if (grow(g, TRANSFER_ROW_MOST + f[2].len + f[3].len) < 0)
+        if (grow(g, TRANSFER_ROW_MOST + log.hash.len + log.address.len) < 0)
             return NO_MEMORY;
         out.at = (char *)g->data + g->len;
-        put_transfer(&out, f, shape);
+        put_transfer(&out, &log, shape);
         g->len = (size_t)(out.at - (char *)g->data);
     }
     if (grow(g, 2) < 0)
