@@ -9,6 +9,7 @@ one chain or several): the second waits, then finds nothing to do.
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import psycopg
@@ -88,6 +89,14 @@ def connect(url: str, *, autocommit: bool = True, application_name: str = "index
     except psycopg.OperationalError as exc:
         reason = _LIBPQ_PREAMBLE.sub("", first_line(exc))
         raise DatabaseUnavailable(f"cannot connect to {where(url)}: {reason}") from None
+
+
+def own_transaction_if_idle(conn: psycopg.Connection) -> AbstractContextManager:
+    """The caller's transaction where it has one, else one of its own on an idle autocommit
+    connection: a function that deletes rows and writes them again then never leaves half of it
+    committed."""
+    idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
+    return conn.transaction() if idle and conn.autocommit else nullcontext()
 
 
 def statement_failed(exc: psycopg.OperationalError) -> bool:

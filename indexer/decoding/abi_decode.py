@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -18,7 +17,7 @@ from eth_abi.registry import registry as abi_registry
 from eth_abi.decoding import ContextFramesBytesIO
 from psycopg import sql
 
-from ..base import chains
+from ..base import chains, db
 from ..chaindata.rows import copy_text
 from . import abi_names
 from .abi_parse import AbiError, Event, Param, event_of
@@ -286,8 +285,7 @@ def decode_range(conn: psycopg.Connection, first: int, last: int) -> Counter[str
     deleted, then written again, so a re-run or a repaired range comes out exactly the same.
     Returns the logs skipped, by reason; never raises for a malformed log."""
     skipped: Counter[str] = Counter()
-    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    with conn.transaction() if idle and conn.autocommit else nullcontext():
+    with db.own_transaction_if_idle(conn):
         events = registered(conn)
         if not events:
             return skipped

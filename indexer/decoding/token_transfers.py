@@ -9,8 +9,8 @@ binary COPY. The database then spends 0.68x the CPU it spent decoding them itsel
 `DECODE_FIXED`'s `INSERT ... SELECT` with `abi_uint256()` (BENCHMARKS.md, "Token transfers
 decoded in C"). DECODE_FIXED is the definition: it decodes where the C part is not built or
 declines (a topic other than 32 bytes, an address or transaction hash over 32, a record missing
-from the value), and the tests hold the two to the same rows and counts. Only TransferBatch carries
-dynamic arrays; its logs are read here, decoded by eth-abi, and copied back.
+from the value), and the tests hold the two to the same rows and counts. Only TransferBatch
+carries dynamic arrays; its logs are read here, decoded by eth-abi, and copied back.
 
 A log of these events that does not fit its shape (a different event with the same signature,
 a token that broke the standard, a truncated array) is skipped and counted by reason; it never
@@ -20,13 +20,14 @@ fails the job. Decoding a range deletes its rows first, so it can be redone at w
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import psycopg
 from eth_abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 from eth_utils import keccak
+
+from ..base import db
 
 try:
     from ..chaindata import _native_copy
@@ -162,8 +163,7 @@ def decode_range(conn: psycopg.Connection, first: int, last: int) -> Decoded:
     logs, in the caller's transaction (one of its own on an idle autocommit connection, so that a
     failure leaves the range as it was). The C decoder holds the range's transfer logs and rows in
     memory at once: callers keep a range to a window (decode_logs.WINDOW_LOGS)."""
-    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    with conn.transaction() if idle and conn.autocommit else nullcontext():
+    with db.own_transaction_if_idle(conn):
         return _decode_range(conn, first, last)
 
 
