@@ -14,6 +14,7 @@
 /* Each part is a header of static functions, bottom up, so that the compiler sees one unit
  * and inlines across them. */
 #include "native_roots/keccak.h"
+#include "native_roots/keccak_many.h"
 #include "native_roots/keys.h"
 #include "native_roots/rlp.h"
 #include "native_roots/transactions.h"
@@ -272,6 +273,40 @@ static PyObject *keccak(PyObject *self, PyObject *args, PyObject *kwargs)
     return PyBytes_FromStringAndSize((const char *)out, 32);
 }
 
+static PyObject *keccak_many_of(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"messages", "one_by_one", NULL};
+    PyObject *list;
+    int one_by_one = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|p", names, &PyList_Type, &list, &one_by_one))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    PyObject *hashes = PyList_New(count);
+    Message *messages = PyMem_Malloc(count ? (size_t)count * sizeof(Message) : 1);
+    if (hashes == NULL || messages == NULL) {
+        Py_XDECREF(hashes);
+        PyMem_Free(messages);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *data = PyList_GET_ITEM(list, i), *hash = PyBytes_FromStringAndSize(NULL, 32);
+        if (hash == NULL || !PyBytes_Check(data)) {
+            Py_XDECREF(hash);
+            Py_DECREF(hashes);
+            PyMem_Free(messages);
+            if (hash != NULL)
+                PyErr_SetString(PyExc_TypeError, "keccak_many takes a list of bytes");
+            return NULL;
+        }
+        PyList_SET_ITEM(hashes, i, hash);
+        messages[i] = (Message){NULL, 0, (const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data),
+                                (uint8_t *)PyBytes_AS_STRING(hash)};
+    }
+    (one_by_one ? keccak_many_one_by_one : keccak_many_side_by_side)(messages, (size_t)count);
+    PyMem_Free(messages);
+    return hashes;
+}
+
 static PyMethodDef METHODS[] = {
     {"roots_match", roots_match, METH_VARARGS,
      "roots_match(block, receipts, recompute_blooms=True) -> bool: True when the transactions, receipts and "
@@ -287,6 +322,9 @@ static PyMethodDef METHODS[] = {
     {"keccak", (PyCFunction)(void (*)(void))keccak, METH_VARARGS | METH_KEYWORDS,
      "keccak(data, portable=False) -> bytes: keccak-256; with portable, by the permutation any processor runs "
      "(KECCAK_PERMUTATION names the one used otherwise)."},
+    {"keccak_many", (PyCFunction)(void (*)(void))keccak_many_of, METH_VARARGS | METH_KEYWORDS,
+     "keccak_many(messages, one_by_one=False) -> list[bytes]: the keccak-256 of each, as the tries' leaves and the "
+     "blooms are hashed (KECCAK_MANY names how), or with one_by_one by keccak's permutation."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -297,11 +335,15 @@ PyMODINIT_FUNC PyInit__native_roots(void)
     init_nibbles();
     init_hex_pairs();
     init_keccak();
+    init_keccak_many();
     if (init_keys() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_PERMUTATION",
                                                      keccak_f == keccak_f_any ? "any" : "bmi2") < 0)
+        Py_CLEAR(module);
+    if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_MANY", keccak_many_side_by_side
+                                                     == keccak_many_one_by_one ? "one by one" : "avx512") < 0)
         Py_CLEAR(module);
     return module;
 }

@@ -45,6 +45,47 @@ def test_the_permutation_for_this_processor_is_picked() -> None:
     assert native.KECCAK_PERMUTATION == ("bmi2" if {"bmi1", "bmi2"} <= set(flags) else "any")
 
 
+def test_the_way_many_messages_are_hashed_for_this_processor_is_picked() -> None:
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    assert native.KECCAK_MANY == ("avx512" if "avx512f" in flags else "one by one")
+
+
+@pytest.mark.parametrize("one_by_one", [False, True])
+def test_many_messages_hash_as_each_alone(one_by_one: bool) -> None:
+    """Eight side by side (KECCAK_MANY "avx512" on the suite's machines) and one by one: every
+    count around the eight slots and the tail finished one by one, every length around the rate,
+    the longest message far longer than the rest together, lengths all equal."""
+    rng = random.Random(2)
+    lengths = [0, 1, 20, 31, 32, 33, 135, 136, 137, 271, 272, 273, 1_000]
+    for count in [*range(0, 20), 63, 64, 65, 200]:
+        for mix in ("any", "one long", "equal"):
+            sizes = ([rng.choice(lengths) for _ in range(count)] if mix == "any"
+                     else [136] * count if mix == "equal"
+                     else [100_000 if i == count // 2 else rng.choice(lengths) for i in range(count)])
+            messages = [rng.randbytes(n) for n in sizes]
+            assert native.keccak_many(messages, one_by_one) == [rlp_codec.keccak(m) for m in messages], (count, mix)
+    with pytest.raises(TypeError):
+        native.keccak_many([b"a", "b", b"c"])
+    with pytest.raises(TypeError):
+        native.keccak_many((b"a",))
+
+
+@pytest.mark.parametrize("sizes", [(20, 32, 32, 32), (0, 0), (20, 33), (20, 64, 1), (32,) * 70])
+def test_a_bloom_made_from_items_of_any_length_is_pythons(sizes: tuple[int, ...]) -> None:
+    """The bloom made from a receipt's logs, its items hashed 64 at a time: an address or topic
+    of a length no node sends (none, over 32 bytes: hashed at once) sets the bits the Python
+    encoder sets, and more than 64 items fill more than one batch."""
+    rng = random.Random(sum(sizes))
+    receipt = copy.deepcopy(fixtures.load("mainnet-18000000")["receipts"][1])
+    receipt.pop("logsBloom")
+    receipt["logs"] = [{"address": "0x" + rng.randbytes(sizes[0]).hex(),
+                        "topics": ["0x" + rng.randbytes(n).hex() for n in sizes[1:]],
+                        "data": "0x" + rng.randbytes(40).hex()} for _ in range(3)]
+    python, _ = json_encodings.encode_receipt_json(receipt, 2, {}, recompute_bloom=True)
+    assert native.encode_receipt(receipt, 2, True) == python
+
+
 @pytest.mark.parametrize("count", [0, 1, 2, 3, 16, 17, 127, 128, 129, 255, 256, 257, 1_000, 20_000])
 def test_the_trie_equals_the_python_one(count: int) -> None:
     rng = random.Random(count)

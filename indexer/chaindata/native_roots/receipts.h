@@ -4,27 +4,61 @@
 #ifndef NATIVE_ROOTS_RECEIPTS_H
 #define NATIVE_ROOTS_RECEIPTS_H
 
-#include "keccak.h"
+#include "keccak_many.h"
 #include "keys.h"
 #include "rlp.h"
 
 static const char ZERO_HASH_HEX[] = "0x0000000000000000000000000000000000000000000000000000000000000000";
 
-/* The three bits of the 2048-bit logs bloom that an address or topic sets. */
-static void add_to_bloom(uint8_t bloom[256], const uint8_t *item, size_t n)
-{
-    uint8_t h[32];
-    keccak256(item, n, h);
-    for (int i = 0; i < 6; i += 2) {
-        unsigned bit = ((unsigned)h[i] << 8 | h[i + 1]) & 2047;
-        bloom[255 - bit / 8] |= (uint8_t)(1u << (bit % 8));
-    }
-}
+#define BLOOM_BATCH 64
 
+/* A receipt's logs bloom made from its logs: each address and topic is copied (the buffer's
+ * lists move their payloads when their prefixes are put in front) and held until BLOOM_BATCH of
+ * them are hashed at once (keccak_many.h). */
 typedef struct {
     int compute;  /* whether the bloom is made from the logs */
     uint8_t made[256];
+    uint8_t item[BLOOM_BATCH][32];
+    uint8_t len[BLOOM_BATCH];
+    int held;
 } Bloom;
+
+static void set_bits(Bloom *bloom, const uint8_t hash[32])
+{
+    for (int j = 0; j < 6; j += 2) {
+        unsigned bit = ((unsigned)hash[j] << 8 | hash[j + 1]) & 2047;
+        bloom->made[255 - bit / 8] |= (uint8_t)(1u << (bit % 8));
+    }
+}
+
+/* The three bits of the 2048-bit bloom that each held item sets. */
+static void add_held(Bloom *bloom)
+{
+    Message messages[BLOOM_BATCH];
+    uint8_t hashes[BLOOM_BATCH][32];
+    for (int i = 0; i < bloom->held; i++)
+        messages[i] = (Message){NULL, 0, bloom->item[i], bloom->len[i], hashes[i]};
+    keccak_many(messages, (size_t)bloom->held);
+    for (int i = 0; i < bloom->held; i++)
+        set_bits(bloom, hashes[i]);
+    bloom->held = 0;
+}
+
+/* The item of `n` bytes just put at the buffer's end; one longer than a topic, which no node
+ * sends, hashed at once. */
+static void add_to_bloom(Bloom *bloom, const Buffer *b, size_t n)
+{
+    if (n > 32) {
+        uint8_t hash[32];
+        keccak256(b->data + b->len - n, n, hash);
+        set_bits(bloom, hash);
+        return;
+    }
+    memcpy(bloom->item[bloom->held], b->data + b->len - n, n);
+    bloom->len[bloom->held] = (uint8_t)n;
+    if (++bloom->held == BLOOM_BATCH)
+        add_held(bloom);
+}
 
 /* A log: [address, [topic, ...], data], its address and topics added to the bloom made. */
 static int put_log(Buffer *b, PyObject *entry, void *context)
@@ -38,7 +72,7 @@ static int put_log(Buffer *b, PyObject *entry, void *context)
     TRY(get_str(entry, K_address, &address, &address_n, NULL));
     TRY(put_data_str(b, address, address_n));
     if (bloom->compute)
-        add_to_bloom(bloom->made, b->data + b->len - (address_n - 2) / 2, (size_t)(address_n - 2) / 2);
+        add_to_bloom(bloom, b, (size_t)(address_n - 2) / 2);
     PyObject *topics;
     TRY(get_list(entry, K_topics, &topics));
     size_t topics_start = b->len;
@@ -49,7 +83,7 @@ static int put_log(Buffer *b, PyObject *entry, void *context)
         Py_ssize_t topic_n = PyUnicode_GET_LENGTH(topic);
         TRY(put_data_str(b, (const char *)PyUnicode_DATA(topic), topic_n));
         if (bloom->compute)
-            add_to_bloom(bloom->made, b->data + b->len - (topic_n - 2) / 2, (size_t)(topic_n - 2) / 2);
+            add_to_bloom(bloom, b, (size_t)(topic_n - 2) / 2);
     }
     if (end_list(b, topics_start) < 0)
         return ERROR;
@@ -120,6 +154,7 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
         Bloom bloom;
         bloom.compute = recompute || !have_bloom;
         memset(bloom.made, 0, 256);
+        bloom.held = 0;
         TRY(reserve(b, 259) < 0 ? ERROR : OK);
         size_t bloom_at = b->len + 3;
         b->data[b->len++] = 0xb9;
@@ -132,6 +167,7 @@ static int put_receipt(Buffer *b, PyObject *receipt, long tx_type, int recompute
         if (end_list(b, logs_start) < 0)
             return ERROR;
         if (bloom.compute) {
+            add_held(&bloom);
             if (have_bloom && memcmp(bloom.made, sent, 256) != 0)
                 return DECLINE;  /* a bloom unlike its logs: the Python check words the mismatch */
             memcpy(b->data + bloom_at, bloom.made, 256);

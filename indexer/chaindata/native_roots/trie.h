@@ -6,19 +6,24 @@
 
 #include <Python.h>
 #include "keccak.h"
-
-typedef struct {
-    uint8_t key[18];  /* the key's nibbles */
-    uint8_t key_len;
-    const uint8_t *value;
-    size_t value_len;
-} Item;
+#include "keccak_many.h"
 
 /* How a parent holds a node: its encoding when under 32 bytes, else 0xa0 and its hash. */
 typedef struct {
     uint8_t data[33];
     uint8_t len;
 } Ref;
+
+typedef struct {
+    uint8_t key[18];  /* the key's nibbles */
+    uint8_t key_len;
+    uint8_t depth;  /* where the item is a leaf */
+    const uint8_t *value;
+    size_t value_len;
+    uint8_t head[30];  /* the leaf's list prefix, path and value prefix */
+    uint8_t head_len;
+    Ref leaf;
+} Item;
 
 static void hold(Ref *ref, const uint8_t *encoding, size_t n)
 {
@@ -54,36 +59,76 @@ static size_t compact_path(uint8_t *out, const uint8_t *nibbles, size_t n, int l
     return size + 1;
 }
 
-static int node(Ref *ref, const Item *items, size_t count, size_t depth)
+/* The depth at which each item is a leaf: node()'s walk, with nothing encoded. */
+static void find_leaves(Item *items, size_t count, size_t depth)
 {
     if (count == 1) {
+        items->depth = (uint8_t)depth;
+        return;
+    }
+    const Item *first = items, *last = items + count - 1;
+    size_t shared = depth;
+    while (first->key[shared] == last->key[shared])
+        shared++;
+    if (shared > depth) {
+        find_leaves(items, count, shared);
+        return;
+    }
+    size_t start = 0;
+    while (start < count) {
+        size_t end = start;
+        while (end < count && items[end].key[depth] == items[start].key[depth])
+            end++;
+        find_leaves(items + start, end - start, depth + 1);
+        start = end;
+    }
+}
+
+/* Every leaf as its parent holds it; the hashed ones all at once (keccak_many.h), which is most
+ * of a trie's hashing: the leaves hold the encodings. */
+static int make_leaves(Item *items, size_t count)
+{
+    find_leaves(items, count, 0);
+    Message *messages = PyMem_Malloc(count * sizeof(Message));
+    if (messages == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t hashed = 0;
+    for (Item *item = items; item < items + count; item++) {
         uint8_t path[12], value_prefix[9], list_prefix[9];
-        size_t path_len = compact_path(path, items->key + depth, items->key_len - depth, 1);
+        size_t path_len = compact_path(path, item->key + item->depth, item->key_len - item->depth, 1);
         size_t value_prefix_len = 0;
-        if (!(items->value_len == 1 && items->value[0] < 0x80))
-            value_prefix_len = rlp_prefix(value_prefix, items->value_len, 0x80);
-        size_t payload = path_len + value_prefix_len + items->value_len;
+        if (!(item->value_len == 1 && item->value[0] < 0x80))
+            value_prefix_len = rlp_prefix(value_prefix, item->value_len, 0x80);
+        size_t payload = path_len + value_prefix_len + item->value_len;
         size_t list_prefix_len = rlp_prefix(list_prefix, payload, 0xc0);
+        uint8_t *p = item->head;
+        memcpy(p, list_prefix, list_prefix_len), p += list_prefix_len;
+        memcpy(p, path, path_len), p += path_len;
+        memcpy(p, value_prefix, value_prefix_len), p += value_prefix_len;
+        item->head_len = (uint8_t)(p - item->head);
         if (list_prefix_len + payload < 32) {
-            uint8_t *p = ref->data;
-            memcpy(p, list_prefix, list_prefix_len), p += list_prefix_len;
-            memcpy(p, path, path_len), p += path_len;
-            memcpy(p, value_prefix, value_prefix_len), p += value_prefix_len;
-            if (items->value_len)
-                memcpy(p, items->value, items->value_len);
-            ref->len = (uint8_t)(list_prefix_len + payload);
-            return 0;
+            memcpy(item->leaf.data, item->head, item->head_len);
+            if (item->value_len)
+                memcpy(item->leaf.data + item->head_len, item->value, item->value_len);
+            item->leaf.len = (uint8_t)(list_prefix_len + payload);
+            continue;
         }
-        Keccak k;
-        keccak_init(&k);
-        keccak_update(&k, list_prefix, list_prefix_len);
-        keccak_update(&k, path, path_len);
-        keccak_update(&k, value_prefix, value_prefix_len);
-        keccak_update(&k, items->value, items->value_len);
-        ref->data[0] = 0xa0;
-        keccak_final(&k, ref->data + 1);
-        ref->len = 33;
-        return 0;
+        item->leaf.data[0] = 0xa0;
+        item->leaf.len = 33;
+        messages[hashed++] = (Message){item->head, item->head_len, item->value, item->value_len, item->leaf.data + 1};
+    }
+    keccak_many(messages, hashed);
+    PyMem_Free(messages);
+    return 0;
+}
+
+static void node(Ref *ref, const Item *items, size_t count, size_t depth)
+{
+    if (count == 1) {
+        *ref = items->leaf;
+        return;
     }
     const Item *first = items, *last = items + count - 1;
     size_t shared = depth;
@@ -94,8 +139,7 @@ static int node(Ref *ref, const Item *items, size_t count, size_t depth)
     if (shared > depth) {
         Ref child;
         n += compact_path(encoding + n, first->key + depth, shared - depth, 0);
-        if (node(&child, items, count, shared) < 0)
-            return -1;
+        node(&child, items, count, shared);
         memcpy(encoding + n, child.data, child.len);
         n += child.len;
     } else {
@@ -109,8 +153,7 @@ static int node(Ref *ref, const Item *items, size_t count, size_t depth)
                 continue;
             }
             Ref child;
-            if (node(&child, items + start, end - start, depth + 1) < 0)
-                return -1;
+            node(&child, items + start, end - start, depth + 1);
             memcpy(encoding + n, child.data, child.len);
             n += child.len;
             start = end;
@@ -121,7 +164,6 @@ static int node(Ref *ref, const Item *items, size_t count, size_t depth)
     size_t prefix_len = rlp_prefix(prefix, n - 9, 0xc0);
     memcpy(encoding + 9 - prefix_len, prefix, prefix_len);
     hold(ref, encoding + 9 - prefix_len, n - 9 + prefix_len);
-    return 0;
 }
 
 static const uint8_t EMPTY_ROOT[32] = {
@@ -172,7 +214,9 @@ static int trie_root(uint8_t root[32], const uint8_t *values, const size_t *ends
         item->value_len = ends[i] - begin;
     }
     Ref ref;
-    int failed = node(&ref, items, count, 0);
+    int failed = make_leaves(items, count) < 0;
+    if (!failed)
+        node(&ref, items, count, 0);
     PyMem_Free(items);
     if (failed)
         return -1;
