@@ -11,7 +11,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, traces
+from indexer.chaindata import chain, json_encodings, ordered_trie, rlp_codec, roots, traces
 from indexer.jobs import planner
 from indexer.node.rpc import RpcClient
 from indexer.testing.mainnet_eras import ERAS
@@ -32,6 +32,28 @@ def rpc(node: MainnetNode, method: str, *params: object) -> object:
 def node():
     with MainnetNode(0, 23_000_000, templates=8) as n:
         yield n
+
+
+def test_a_block_in_the_middle_of_a_batch_whose_receipts_were_changed_is_refused(node, monkeypatch):
+    """Each block's roots are checked as its rows are made: the sixth block of ten, one of its
+    receipts' gas changed by the node, refuses the batch naming that block, and the same batch
+    as the node made it is proven whole."""
+    first = SAMPLES[-1]
+    client = RpcClient([node.url], timeout=60, max_attempts=1)
+    assert chain.fetch(client, first, first + 9, verify_roots=True, chain_id=1).unproven == []
+    made = node._receipts
+
+    def changed(number: int) -> list[bytes]:
+        answer = made(number)
+        if number != first + 5:
+            return answer
+        receipts = orjson.loads(b"".join(answer))
+        receipts[3]["cumulativeGasUsed"] = hex(int(receipts[3]["cumulativeGasUsed"], 16) + 1)
+        return [orjson.dumps(receipts)]
+
+    monkeypatch.setattr(node, "_receipts", changed)
+    with pytest.raises(roots.RootMismatch, match=f"^receipts root mismatch at block {first + 5} from "):
+        chain.fetch(client, first, first + 9, verify_roots=True, chain_id=1, max_transactions=10**6)
 
 
 @pytest.mark.parametrize("first", SAMPLES, ids=[era.name for era in ERAS])

@@ -351,8 +351,8 @@ def decode(first: int, blocks: list[Any], receipts: dict[int, list[Any]], *,
     receipts of that block (blocks without transactions may be absent). Each line is C's where
     it answers one (`native and native.x_line(...)`), else the Python function's. `then(number,
     block)` runs as each block's lines are made: the root checks, which read the same answers
-    while they are still in the processor's caches (0.83x the CPU of both, BENCHMARKS.md, "Keccak
-    eight messages at a time")."""
+    while they are still in the processor's caches (BENCHMARKS.md, "Each block's roots checked
+    as its rows are made")."""
     native = _native_rows
     rows = Rows(first, first + len(blocks) - 1)
     previous_hash = None
