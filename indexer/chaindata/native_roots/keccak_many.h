@@ -31,6 +31,9 @@ static void keccak_many_one_by_one(Message *m, size_t count)
     }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
 /* The next block of a message from byte `at` on, padded when it is the last: returns 1 then. */
 static int next_block(uint8_t block[RATE], const Message *m, size_t at)
 {
@@ -74,8 +77,6 @@ static void finish_one(Message *m, const uint64_t state[25], size_t at)
             m->out[8 * i + j] = (uint8_t)(k.state[i] >> (8 * j));
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 
 #define LANES 8
 #define AVX512 __attribute__((target("avx512f")))
