@@ -81,86 +81,21 @@ static void finish_one(Message *m, const uint64_t state[25], size_t at)
 #define LANES 8
 #define AVX512 __attribute__((target("avx512f")))
 
-/* Keccak-f[1600] on eight states: keccak.h's rounds with each lane a vector. */
+/* Keccak-f[1600] on eight states: keccak.h's rounds with each lane a vector of eight. */
 static inline ALWAYS_INLINE AVX512 void keccak_rounds_x8(__m512i *s)
-{
+#define LANE __m512i
+#define XOR(a, b) _mm512_xor_si512(a, b)
 #define XOR3(a, b, c) _mm512_ternarylogic_epi64(a, b, c, 0x96)
-#define CHI(a, b, c) _mm512_ternarylogic_epi64(a, b, c, 0xd2) /* a ^ (~b & c) */
+#define CHI(a, b, c) _mm512_ternarylogic_epi64(a, b, c, 0xd2)
 #define ROL(x, n) _mm512_rol_epi64(x, n)
-    __m512i a00 = s[0], a01 = s[1], a02 = s[2], a03 = s[3], a04 = s[4];
-    __m512i a05 = s[5], a06 = s[6], a07 = s[7], a08 = s[8], a09 = s[9];
-    __m512i a10 = s[10], a11 = s[11], a12 = s[12], a13 = s[13], a14 = s[14];
-    __m512i a15 = s[15], a16 = s[16], a17 = s[17], a18 = s[18], a19 = s[19];
-    __m512i a20 = s[20], a21 = s[21], a22 = s[22], a23 = s[23], a24 = s[24];
-    for (int round = 0; round < 24; round++) {
-        __m512i c0 = XOR3(XOR3(a00, a05, a10), a15, a20);
-        __m512i c1 = XOR3(XOR3(a01, a06, a11), a16, a21);
-        __m512i c2 = XOR3(XOR3(a02, a07, a12), a17, a22);
-        __m512i c3 = XOR3(XOR3(a03, a08, a13), a18, a23);
-        __m512i c4 = XOR3(XOR3(a04, a09, a14), a19, a24);
-        __m512i d0 = _mm512_xor_si512(c4, ROL(c1, 1)), d1 = _mm512_xor_si512(c0, ROL(c2, 1));
-        __m512i d2 = _mm512_xor_si512(c1, ROL(c3, 1)), d3 = _mm512_xor_si512(c2, ROL(c4, 1));
-        __m512i d4 = _mm512_xor_si512(c3, ROL(c0, 1));
-        __m512i b00 = _mm512_xor_si512(a00, d0);
-        __m512i b10 = ROL(_mm512_xor_si512(a01, d1), 1);
-        __m512i b20 = ROL(_mm512_xor_si512(a02, d2), 62);
-        __m512i b05 = ROL(_mm512_xor_si512(a03, d3), 28);
-        __m512i b15 = ROL(_mm512_xor_si512(a04, d4), 27);
-        __m512i b16 = ROL(_mm512_xor_si512(a05, d0), 36);
-        __m512i b01 = ROL(_mm512_xor_si512(a06, d1), 44);
-        __m512i b11 = ROL(_mm512_xor_si512(a07, d2), 6);
-        __m512i b21 = ROL(_mm512_xor_si512(a08, d3), 55);
-        __m512i b06 = ROL(_mm512_xor_si512(a09, d4), 20);
-        __m512i b07 = ROL(_mm512_xor_si512(a10, d0), 3);
-        __m512i b17 = ROL(_mm512_xor_si512(a11, d1), 10);
-        __m512i b02 = ROL(_mm512_xor_si512(a12, d2), 43);
-        __m512i b12 = ROL(_mm512_xor_si512(a13, d3), 25);
-        __m512i b22 = ROL(_mm512_xor_si512(a14, d4), 39);
-        __m512i b23 = ROL(_mm512_xor_si512(a15, d0), 41);
-        __m512i b08 = ROL(_mm512_xor_si512(a16, d1), 45);
-        __m512i b18 = ROL(_mm512_xor_si512(a17, d2), 15);
-        __m512i b03 = ROL(_mm512_xor_si512(a18, d3), 21);
-        __m512i b13 = ROL(_mm512_xor_si512(a19, d4), 8);
-        __m512i b14 = ROL(_mm512_xor_si512(a20, d0), 18);
-        __m512i b24 = ROL(_mm512_xor_si512(a21, d1), 2);
-        __m512i b09 = ROL(_mm512_xor_si512(a22, d2), 61);
-        __m512i b19 = ROL(_mm512_xor_si512(a23, d3), 56);
-        __m512i b04 = ROL(_mm512_xor_si512(a24, d4), 14);
-        a00 = _mm512_xor_si512(CHI(b00, b01, b02), _mm512_set1_epi64((long long)ROUND_CONSTANTS[round]));
-        a01 = CHI(b01, b02, b03);
-        a02 = CHI(b02, b03, b04);
-        a03 = CHI(b03, b04, b00);
-        a04 = CHI(b04, b00, b01);
-        a05 = CHI(b05, b06, b07);
-        a06 = CHI(b06, b07, b08);
-        a07 = CHI(b07, b08, b09);
-        a08 = CHI(b08, b09, b05);
-        a09 = CHI(b09, b05, b06);
-        a10 = CHI(b10, b11, b12);
-        a11 = CHI(b11, b12, b13);
-        a12 = CHI(b12, b13, b14);
-        a13 = CHI(b13, b14, b10);
-        a14 = CHI(b14, b10, b11);
-        a15 = CHI(b15, b16, b17);
-        a16 = CHI(b16, b17, b18);
-        a17 = CHI(b17, b18, b19);
-        a18 = CHI(b18, b19, b15);
-        a19 = CHI(b19, b15, b16);
-        a20 = CHI(b20, b21, b22);
-        a21 = CHI(b21, b22, b23);
-        a22 = CHI(b22, b23, b24);
-        a23 = CHI(b23, b24, b20);
-        a24 = CHI(b24, b20, b21);
-    }
-    s[0] = a00; s[1] = a01; s[2] = a02; s[3] = a03; s[4] = a04;
-    s[5] = a05; s[6] = a06; s[7] = a07; s[8] = a08; s[9] = a09;
-    s[10] = a10; s[11] = a11; s[12] = a12; s[13] = a13; s[14] = a14;
-    s[15] = a15; s[16] = a16; s[17] = a17; s[18] = a18; s[19] = a19;
-    s[20] = a20; s[21] = a21; s[22] = a22; s[23] = a23; s[24] = a24;
+#define ROUND_CONSTANT(round) _mm512_set1_epi64((long long)ROUND_CONSTANTS[round])
+#include "keccak_rounds.h"
+#undef LANE
+#undef XOR
 #undef XOR3
 #undef CHI
 #undef ROL
-}
+#undef ROUND_CONSTANT
 
 /* Eight slots, each hashing a message; a slot whose message ends takes the next one, its state
  * zeroed. The longest messages go first, so that the slots end about together; the last two
