@@ -34,12 +34,6 @@ static inline ALWAYS_INLINE void keccak_rounds(uint64_t *s)
 #define ROL(x, n) ROTL(x, n)
 #define ROUND_CONSTANT(round) ROUND_CONSTANTS[round]
 #include "keccak_rounds.h"
-#undef LANE
-#undef XOR
-#undef XOR3
-#undef CHI
-#undef ROL
-#undef ROUND_CONSTANT
 
 /* The permutation for any x86-64 (or other) processor, and for one with BMI1 and BMI2, whose
  * and-not and flagless rotates make it 0.85x the CPU (BENCHMARKS.md, "Keccak with BMI1 and BMI2"):

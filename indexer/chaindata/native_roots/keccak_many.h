@@ -90,12 +90,6 @@ static inline ALWAYS_INLINE AVX512 void keccak_rounds_x8(__m512i *s)
 #define ROL(x, n) _mm512_rol_epi64(x, n)
 #define ROUND_CONSTANT(round) _mm512_set1_epi64((long long)ROUND_CONSTANTS[round])
 #include "keccak_rounds.h"
-#undef LANE
-#undef XOR
-#undef XOR3
-#undef CHI
-#undef ROL
-#undef ROUND_CONSTANT
 
 /* Eight slots, each hashing a message; a slot whose message ends takes the next one, its state
  * zeroed. The longest messages go first, so that the slots end about together; the last two

@@ -3,7 +3,7 @@
  * a function's body, with what a lane is and how it is xored, rotated and chi'd defined first:
  * keccak.h includes it for 64-bit lanes, keccak_many.h for eight of them in one AVX-512 register.
  * LANE, XOR(a, b), XOR3(a, b, c), CHI(a, b, c) = a ^ (~b & c), ROL(x, n), ROUND_CONSTANT(round).
- * Part of _native_roots.c; no include guard, on purpose. */
+ * It undefines them after. Part of _native_roots.c; no include guard, on purpose. */
 {
     LANE a00 = s[0], a01 = s[1], a02 = s[2], a03 = s[3], a04 = s[4];
     LANE a05 = s[5], a06 = s[6], a07 = s[7], a08 = s[8], a09 = s[9];
@@ -76,4 +76,9 @@
     s[15] = a15; s[16] = a16; s[17] = a17; s[18] = a18; s[19] = a19;
     s[20] = a20; s[21] = a21; s[22] = a22; s[23] = a23; s[24] = a24;
 }
-
+#undef LANE
+#undef XOR
+#undef XOR3
+#undef CHI
+#undef ROL
+#undef ROUND_CONSTANT
