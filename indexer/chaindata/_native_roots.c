@@ -323,8 +323,8 @@ static PyMethodDef METHODS[] = {
      "keccak(data, portable=False) -> bytes: keccak-256; with portable, by the permutation any processor runs "
      "(KECCAK_PERMUTATION names the one used otherwise)."},
     {"keccak_many", (PyCFunction)(void (*)(void))keccak_many_of, METH_VARARGS | METH_KEYWORDS,
-     "keccak_many(messages, one_by_one=False) -> list[bytes]: the keccak-256 of each, as the tries' leaves and the "
-     "blooms are hashed (KECCAK_MANY names how), or with one_by_one by keccak's permutation."},
+     "keccak_many(messages, one_by_one=False) -> list[bytes]: the keccak-256 of each, side by side where KECCAK_MANY "
+     "is \"avx512\" (at any count: the tries use it from three on), or with one_by_one by keccak's permutation."},
     {NULL, NULL, 0, NULL},
 };
 

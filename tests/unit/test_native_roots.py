@@ -96,6 +96,11 @@ def test_the_trie_equals_the_python_one(count: int) -> None:
     assert native.ordered_trie_root(values) == ordered_trie.ordered_trie_root(values)
 
 
+def test_a_trie_of_empty_values_equals_the_python_one() -> None:
+    for count in (1, 2, 3, 17, 200):
+        assert native.ordered_trie_root([b""] * count) == ordered_trie.ordered_trie_root([b""] * count)
+
+
 def test_the_trie_refuses_what_is_not_a_list_of_bytes() -> None:
     for bad in ((b"a",), [b"a", "b"], None):
         with pytest.raises(TypeError):

@@ -8,6 +8,8 @@
 #ifndef NATIVE_ROOTS_KECCAK_MANY_H
 #define NATIVE_ROOTS_KECCAK_MANY_H
 
+#include <stdlib.h>
+
 #include "keccak.h"
 
 /* A message is a head (an RLP prefix and path, a few bytes) and a body, hashed as one; its
@@ -165,6 +167,7 @@ static AVX512 void keccak_many_x8(Message *m, size_t count)
     }
 }
 #undef AVX512
+#undef LANES
 #endif
 
 static void (*keccak_many_side_by_side)(Message *, size_t) = keccak_many_one_by_one;

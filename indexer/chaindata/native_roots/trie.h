@@ -210,7 +210,7 @@ static int trie_root(uint8_t root[32], const uint8_t *values, const size_t *ends
         }
         item->key_len = (uint8_t)(2 * key_len);
         size_t begin = i ? ends[i - 1] : 0;
-        item->value = values + begin;
+        item->value = values != NULL ? values + begin : (const uint8_t *)"";  /* every value empty: no buffer */
         item->value_len = ends[i] - begin;
     }
     Ref ref;
