@@ -275,11 +275,17 @@ static PyObject *keccak(PyObject *self, PyObject *args, PyObject *kwargs)
 
 static PyObject *keccak_many_of(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"messages", "one_by_one", NULL};
+    static char *names[] = {"messages", "way", NULL};
     PyObject *list;
-    int one_by_one = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|p", names, &PyList_Type, &list, &one_by_one))
+    const char *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|z", names, &PyList_Type, &list, &name))
         return NULL;
+    const ManyWay *way = name == NULL ? keccak_many_way : NULL;
+    for (size_t i = 0; way == NULL && i < MANY_WAYS_COUNT; i++)
+        if (strcmp(MANY_WAYS[i].name, name) == 0)
+            way = &MANY_WAYS[i];
+    if (way == NULL || !runs(way))
+        return PyErr_Format(PyExc_ValueError, "keccak_many: no way '%s' on this processor", name);
     Py_ssize_t count = PyList_GET_SIZE(list);
     PyObject *hashes = PyList_New(count);
     Message *messages = PyMem_Malloc(count ? (size_t)count * sizeof(Message) : 1);
@@ -302,7 +308,7 @@ static PyObject *keccak_many_of(PyObject *self, PyObject *args, PyObject *kwargs
         messages[i] = (Message){NULL, 0, (const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data),
                                 (uint8_t *)PyBytes_AS_STRING(hash)};
     }
-    (one_by_one ? keccak_many_one_by_one : keccak_many_side_by_side)(messages, (size_t)count);
+    way->hash(messages, (size_t)count);
     PyMem_Free(messages);
     return hashes;
 }
@@ -323,8 +329,8 @@ static PyMethodDef METHODS[] = {
      "keccak(data, portable=False) -> bytes: keccak-256; with portable, by the permutation any processor runs "
      "(KECCAK_PERMUTATION names the one used otherwise)."},
     {"keccak_many", (PyCFunction)(void (*)(void))keccak_many_of, METH_VARARGS | METH_KEYWORDS,
-     "keccak_many(messages, one_by_one=False) -> list[bytes]: the keccak-256 of each, side by side where KECCAK_MANY "
-     "is \"avx512\" (at any count: the tries use it from three on), or with one_by_one by keccak's permutation."},
+     "keccak_many(messages, way=None) -> list[bytes]: the keccak-256 of each, in the way KECCAK_MANY names (the "
+     "fastest this processor runs) or the one named (\"avx512\", \"avx2\", \"one by one\"), at any count."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -342,8 +348,7 @@ PyMODINIT_FUNC PyInit__native_roots(void)
     if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_PERMUTATION",
                                                      keccak_f == keccak_f_any ? "any" : "bmi2") < 0)
         Py_CLEAR(module);
-    if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_MANY", keccak_many_side_by_side
-                                                     == keccak_many_one_by_one ? "one by one" : "avx512") < 0)
+    if (module != NULL && PyModule_AddStringConstant(module, "KECCAK_MANY", keccak_many_way->name) < 0)
         Py_CLEAR(module);
     return module;
 }

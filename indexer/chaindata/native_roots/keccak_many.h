@@ -80,10 +80,12 @@ static void finish_one(Message *m, const uint64_t state[25], size_t at)
 }
 
 
-#define LANES 8
 #define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2")))
+#define FEWEST_X4 2
 
-/* Keccak-f[1600] on eight states: keccak.h's rounds with each lane a vector of eight. */
+/* Keccak-f[1600] on eight states: keccak.h's rounds with each lane a vector of eight, a rotate
+ * one instruction and chi's and-not-xor, like theta's three-way xor, another. */
 static inline ALWAYS_INLINE AVX512 void keccak_rounds_x8(__m512i *s)
 #define LANE __m512i
 #define XOR(a, b) _mm512_xor_si512(a, b)
@@ -93,101 +95,97 @@ static inline ALWAYS_INLINE AVX512 void keccak_rounds_x8(__m512i *s)
 #define ROUND_CONSTANT(round) _mm512_set1_epi64((long long)ROUND_CONSTANTS[round])
 #include "keccak_rounds.h"
 
-/* Eight slots, each hashing a message; a slot whose message ends takes the next one, its state
- * zeroed. The longest messages go first, so that the slots end about together; the last two
- * or one are finished one by one, which is cheaper than eight slots with six idle (a block's
- * longest transaction can be longer than all the others together). Sorts `m`. */
+/* Eight side by side cost about two of keccak.h's permutations: the last two go one by one. */
 static AVX512 void keccak_many_x8(Message *m, size_t count)
+#define SLOTS 8
+#define VEC __m512i
+#define VZERO() _mm512_setzero_si512()
+#define VLOAD(p) _mm512_loadu_si512((const void *)(p))
+#define VSTORE(p, v) _mm512_storeu_si512((void *)(p), v)
+#define VXOR(a, b) _mm512_xor_si512(a, b)
+#define ZERO_SLOTS(v, slots) _mm512_maskz_mov_epi64((__mmask8)~(slots), v)
+#define PERMUTE keccak_rounds_x8
+#define FEWEST 3
+#include "keccak_slots.h"
+
+/* Four states in AVX2's vectors, for a processor without AVX-512: no rotate instruction (two
+ * shifts and an or) and no three-input logic. */
+static inline ALWAYS_INLINE AVX2 void keccak_rounds_x4(__m256i *s)
+#define LANE __m256i
+#define XOR(a, b) _mm256_xor_si256(a, b)
+#define XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
+#define CHI(a, b, c) _mm256_xor_si256(a, _mm256_andnot_si256(b, c))
+#define ROL(x, n) _mm256_or_si256(_mm256_slli_epi64(x, n), _mm256_srli_epi64(x, 64 - (n)))
+#define ROUND_CONSTANT(round) _mm256_set1_epi64x((long long)ROUND_CONSTANTS[round])
+#include "keccak_rounds.h"
+
+static inline AVX2 __m256i zero_slots_x4(__m256i v, int slots)
 {
-    qsort(m, count, sizeof *m, longer_first);
-    __m512i s[25];
-    for (int k = 0; k < 25; k++)
-        s[k] = _mm512_setzero_si512();
-    size_t message[LANES], at[LANES];
-    int busy = 0;
-    size_t next = 0;
-    for (int j = 0; j < LANES; j++) {
-        at[j] = 0;
-        if (next < count) {
-            message[j] = next++;
-            busy |= 1 << j;
-        }
-    }
-    uint64_t lanes[RATE / 8][LANES];
-    uint8_t block[RATE];
-    while (busy) {
-        if (next == count && __builtin_popcount((unsigned)busy) < 3) {
-            uint64_t states[25][LANES];
-            for (int k = 0; k < 25; k++)
-                _mm512_storeu_si512((void *)states[k], s[k]);
-            for (int j = 0; j < LANES; j++) {
-                if (!(busy >> j & 1))
-                    continue;
-                uint64_t state[25];
-                for (int k = 0; k < 25; k++)
-                    state[k] = states[k][j];
-                finish_one(&m[message[j]], state, at[j]);
-            }
-            return;
-        }
-        int last = 0;
-        for (int j = 0; j < LANES; j++) {
-            if (!(busy >> j & 1)) {
-                for (int k = 0; k < RATE / 8; k++)
-                    lanes[k][j] = 0;
-                continue;
-            }
-            last |= next_block(block, &m[message[j]], at[j]) << j;
-            at[j] += RATE;
-            for (int k = 0; k < RATE / 8; k++)
-                lanes[k][j] = load64(block + 8 * k);
-        }
-        for (int k = 0; k < RATE / 8; k++)
-            s[k] = _mm512_xor_si512(s[k], _mm512_loadu_si512((const void *)lanes[k]));
-        keccak_rounds_x8(s);
-        if (!last)
-            continue;
-        uint64_t out[4][LANES];
-        for (int k = 0; k < 4; k++)
-            _mm512_storeu_si512((void *)out[k], s[k]);
-        for (int j = 0; j < LANES; j++) {
-            if (!(last >> j & 1))
-                continue;
-            for (int k = 0; k < 4; k++)
-                for (int b = 0; b < 8; b++)
-                    m[message[j]].out[8 * k + b] = (uint8_t)(out[k][j] >> (8 * b));
-            at[j] = 0;
-            if (next < count)
-                message[j] = next++;
-            else
-                busy &= ~(1 << j);
-        }
-        for (int k = 0; k < 25; k++)
-            s[k] = _mm512_maskz_mov_epi64((__mmask8)~last, s[k]);  /* the finished slots' states zeroed */
-    }
+    __m256i finished = _mm256_set_epi64x(-(long long)(slots >> 3 & 1), -(long long)(slots >> 2 & 1),
+                                         -(long long)(slots >> 1 & 1), -(long long)(slots & 1));
+    return _mm256_andnot_si256(finished, v);
 }
+
+static AVX2 void keccak_many_x4(Message *m, size_t count)
+#define SLOTS 4
+#define VEC __m256i
+#define VZERO() _mm256_setzero_si256()
+#define VLOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define VSTORE(p, v) _mm256_storeu_si256((__m256i *)(p), v)
+#define VXOR(a, b) _mm256_xor_si256(a, b)
+#define ZERO_SLOTS(v, slots) zero_slots_x4(v, slots)
+#define PERMUTE keccak_rounds_x4
+#define FEWEST FEWEST_X4
+#include "keccak_slots.h"
 #undef AVX512
-#undef LANES
+#undef AVX2
 #endif
 
-static void (*keccak_many_side_by_side)(Message *, size_t) = keccak_many_one_by_one;
+/* The ways to hash many messages, the fastest first; `fewest` messages make it worth it. */
+typedef struct {
+    const char *name;
+    void (*hash)(Message *, size_t);
+    size_t fewest;
+} ManyWay;
 
-/* Called after init_keccak, which it relies on for __builtin_cpu_init. */
-static void init_keccak_many(void)
+static const ManyWay MANY_WAYS[] = {
+#if defined(__x86_64__) && defined(__GNUC__)
+    {"avx512", keccak_many_x8, 3},
+    {"avx2", keccak_many_x4, FEWEST_X4},
+#endif
+    {"one by one", keccak_many_one_by_one, 0},
+};
+#define MANY_WAYS_COUNT (sizeof MANY_WAYS / sizeof MANY_WAYS[0])
+
+static const ManyWay *keccak_many_way = &MANY_WAYS[MANY_WAYS_COUNT - 1];
+
+/* Whether this processor runs `way`; after init_keccak, which calls __builtin_cpu_init. */
+static int runs(const ManyWay *way)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx512f"))
-        keccak_many_side_by_side = keccak_many_x8;
+    if (strcmp(way->name, "avx512") == 0)
+        return __builtin_cpu_supports("avx512f");
+    if (strcmp(way->name, "avx2") == 0)
+        return __builtin_cpu_supports("avx2");
 #endif
+    return 1;
 }
 
-/* Eight permutations side by side cost about two of keccak.h's: below three messages, one by one. */
+static void init_keccak_many(void)
+{
+    for (size_t i = 0; i < MANY_WAYS_COUNT; i++)
+        if (runs(&MANY_WAYS[i])) {
+            keccak_many_way = &MANY_WAYS[i];
+            return;
+        }
+}
+
 static void keccak_many(Message *m, size_t count)
 {
-    if (count < 3)
+    if (count < keccak_many_way->fewest)
         keccak_many_one_by_one(m, count);
     else
-        keccak_many_side_by_side(m, count);
+        keccak_many_way->hash(m, count);
 }
 
 #endif
