@@ -330,7 +330,8 @@ static PyMethodDef METHODS[] = {
      "(KECCAK_PERMUTATION names the one used otherwise)."},
     {"keccak_many", (PyCFunction)(void (*)(void))keccak_many_of, METH_VARARGS | METH_KEYWORDS,
      "keccak_many(messages, way=None) -> list[bytes]: the keccak-256 of each, in the way KECCAK_MANY names (the "
-     "fastest this processor runs) or the one named (\"avx512\", \"avx2\", \"one by one\"), at any count."},
+     "fastest this processor runs) or the one named (\"avx512\", \"avx2\", \"one by one\"); each hands a count too small "
+     "for it to the next."},
     {NULL, NULL, 0, NULL},
 };
 

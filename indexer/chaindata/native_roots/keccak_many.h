@@ -1,9 +1,9 @@
 /* keccak-256 of many messages at once: with AVX-512, eight Keccak-f[1600] states side by side,
  * one in each 64-bit element of 25 vector registers, so that one instruction steps all eight
- * (a rotate is one instruction, chi's and-not-xor and theta's three-way xor another); without it,
- * one message after another by keccak.h's permutation. The tries' leaves and the logs' bloom
- * items are many short independent messages: BENCHMARKS.md, "Keccak eight messages at a time".
- * Part of _native_roots.c. */
+ * (a rotate is one instruction, chi's and-not-xor and theta's three-way xor another); with AVX2
+ * alone, four; without either, one message after another by keccak.h's permutation. The tries'
+ * leaves and the logs' bloom items are many short independent messages: BENCHMARKS.md, "Keccak
+ * eight messages at a time" and "Keccak four messages at a time". Part of _native_roots.c. */
 
 #ifndef NATIVE_ROOTS_KECCAK_MANY_H
 #define NATIVE_ROOTS_KECCAK_MANY_H
@@ -131,6 +131,7 @@ static AVX2 void keccak_x4(Message *m, size_t count, Started *started, int nstar
 #define PERMUTE keccak_rounds_x4
 #define FEWEST 2
 #define FINISH finish_one_by_one
+#define FINISH_TAKES SLOTS  /* any number */
 #include "keccak_slots.h"
 
 /* Eight side by side cost about two of keccak.h's permutations, and four (on this machine's
@@ -146,28 +147,41 @@ static AVX512 void keccak_x8(Message *m, size_t count, Started *started, int nst
 #define PERMUTE keccak_rounds_x8
 #define FEWEST 5
 #define FINISH(rest, n) keccak_x4(NULL, 0, rest, n)
+#define FINISH_TAKES 4  /* keccak_x4's slots */
 #include "keccak_slots.h"
 
-/* The ways without messages started elsewhere. */
-static void keccak_many_x8(Message *m, size_t count) { keccak_x8(m, count, NULL, 0); }
-static void keccak_many_x4(Message *m, size_t count) { keccak_x4(m, count, NULL, 0); }
+/* The ways without messages started elsewhere, each handing a count too small for it on. */
+static void keccak_many_x4(Message *m, size_t count)
+{
+    if (count < 2)
+        keccak_many_one_by_one(m, count);
+    else
+        keccak_x4(m, count, NULL, 0);
+}
+
+static void keccak_many_x8(Message *m, size_t count)
+{
+    if (count < 5)
+        keccak_many_x4(m, count);
+    else
+        keccak_x8(m, count, NULL, 0);
+}
 #undef AVX512
 #undef AVX2
 #endif
 
-/* The ways to hash many messages, the fastest first; `fewest` messages make it worth it. */
+/* The ways to hash many messages, the fastest first. */
 typedef struct {
     const char *name;
     void (*hash)(Message *, size_t);
-    size_t fewest;
 } ManyWay;
 
 static const ManyWay MANY_WAYS[] = {
 #if defined(__x86_64__) && defined(__GNUC__)
-    {"avx512", keccak_many_x8, 3},
-    {"avx2", keccak_many_x4, 2},
+    {"avx512", keccak_many_x8},
+    {"avx2", keccak_many_x4},
 #endif
-    {"one by one", keccak_many_one_by_one, 0},
+    {"one by one", keccak_many_one_by_one},
 };
 #define MANY_WAYS_COUNT (sizeof MANY_WAYS / sizeof MANY_WAYS[0])
 
@@ -196,10 +210,7 @@ static void init_keccak_many(void)
 
 static void keccak_many(Message *m, size_t count)
 {
-    if (count < keccak_many_way->fewest)
-        keccak_many_one_by_one(m, count);
-    else
-        keccak_many_way->hash(m, count);
+    keccak_many_way->hash(m, count);
 }
 
 #endif

@@ -1,7 +1,8 @@
 /* The body of Keccak-f[1600] on the lanes `s[0..24]`, each round written out (theta, rho and pi,
  * chi, iota) with the lanes in locals, so that the compiler keeps most in registers. Included as
  * a function's body, with what a lane is and how it is xored, rotated and chi'd defined first:
- * keccak.h includes it for 64-bit lanes, keccak_many.h for eight of them in one AVX-512 register.
+ * keccak.h includes it for 64-bit lanes, keccak_many.h for eight of them in an AVX-512 register
+ * and four in an AVX2 one.
  * LANE, XOR(a, b), XOR3(a, b, c), CHI(a, b, c) = a ^ (~b & c), ROL(x, n), ROUND_CONSTANT(round).
  * It undefines them after. Part of _native_roots.c; no include guard, on purpose. */
 {
