@@ -70,21 +70,22 @@ typedef struct {
     uint64_t state[25];
 } Started;
 
-/* The rest of each started message, one by one. */
+/* The rest of each started message, one by one: keccak.h's hash resumed from its state (`at` is
+ * a whole number of blocks, so nothing is pending). */
 static void finish_one_by_one(Started *started, int n)
 {
     for (Started *one = started; one < started + n; one++) {
+        const Message *m = one->m;
         Keccak k;
         keccak_init(&k);
         memcpy(k.state, one->state, sizeof k.state);
-        uint8_t block[RATE];
-        for (int last = 0; !last; one->at += RATE) {
-            last = next_block(block, one->m, one->at);
-            absorb_block(&k, block);
+        if (one->at < m->head_len) {
+            keccak_update(&k, m->head + one->at, m->head_len - one->at);
+            keccak_update(&k, m->body, m->body_len);
+        } else {
+            keccak_update(&k, m->body + (one->at - m->head_len), m->body_len - (one->at - m->head_len));
         }
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++)
-                one->m->out[8 * i + j] = (uint8_t)(k.state[i] >> (8 * j));
+        keccak_final(&k, m->out);
     }
 }
 

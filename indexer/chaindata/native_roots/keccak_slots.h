@@ -6,8 +6,8 @@
  * narrower way, cheaper than a vector of idle slots (a block's longest transaction can be longer
  * than all its others together). Sorts `m`. Included by keccak_many.h with SLOTS, VEC, VLOAD(p),
  * VSTORE(p, v), VXOR(a, b), ZERO_SLOTS(v, slots) (the lanes of the bits of `slots` zeroed),
- * PERMUTE(s), FEWEST, FINISH and FINISH_TAKES (how many FINISH can take) defined first; it undefines them after. Part of _native_roots.c;
- * no include guard, on purpose. */
+ * PERMUTE(s), FEWEST, FINISH and FINISH_TAKES (how many FINISH can take) defined first; it
+ * undefines them after. Part of _native_roots.c; no include guard, on purpose. */
 {
     _Static_assert(FEWEST - 1 <= FINISH_TAKES, "FINISH takes every message left");
     if (count > 1)
