@@ -13,10 +13,6 @@ import sys
 import threading
 from typing import NoReturn
 
-
-
-
-# Blocks a forked process computes at a time (`precompute`).
 from .mainnet_node import MainnetNode
 
 
