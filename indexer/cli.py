@@ -85,8 +85,7 @@ def cmd_verify(cfg: settings.Settings, args: argparse.Namespace) -> int:
     if args.against_node:
         if args.roots:
             return _usage_error(args.command, "--roots checks the stored rows; it cannot go with --against-node")
-        client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
-                           max_batch=cfg.rpc_batch)
+        client = RpcClient.from_settings(cfg, max_batch=cfg.rpc_batch)
         repair = verify_node.Repair(cfg.chunk, args.max_depth or cfg.max_reorg_depth) if args.repair else None
         with db.connect(cfg.chain_url) as conn:
             ok = verify_node.run_against_node(conn, client, args.start, args.end, repair=repair)

@@ -190,6 +190,17 @@ class Settings(BaseSettings):
     rpc_rate_limit: float = Field(
         0.0, ge=0, le=1_000_000, description="JSON-RPC calls per second per endpoint; 0 for no limit (0 to 1,000,000)"
     )
+    rpc_compression: Literal["auto", "gzip", "none"] = Field(
+        "auto",
+        description="whether the node is asked to gzip its answers: auto asks it only of a node that is neither on this machine "
+                    "nor on a private network (gzip saves bandwidth across the internet and costs CPU on both sides: go-ethereum "
+                    "and Erigon compress whenever asked), gzip always, none never"
+    )
+    rpc_max_answer_mb: int = Field(
+        256, gt=0, le=65_536,
+        description="the largest answer read from a node, in MB once decompressed: a larger one is refused as too large (the "
+                    "batch is halved; a single call that large is asked of the other endpoints) (1 to 65,536)"
+    )
     rpc_status_seconds: float = Field(
         10.0, gt=0, le=MAX_SECONDS,
         description="how often each worker records, for `indexer status`, the rate each endpoint allows it (more than 0, at most 3600 s)"

@@ -53,7 +53,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
@@ -63,7 +63,10 @@ from ..base.urls import endpoint_label
 from .rpc_batch import Fallback, Work
 from .rpc_errors import ERROR, LIMITS, PRUNED, RATE_LIMITED, TIMEOUT_TEXT, TOO_LARGE, UNSUPPORTED, RateLimited, RpcError
 from .rpc_rate import AdaptiveRate
-from .rpc_transport import MISSING, Call, Endpoint, Failed, Refused, Slot, post
+from .rpc_transport import COMPRESSIONS, MAX_ANSWER_BYTES, MISSING, Call, Endpoint, Failed, Refused, Slot, post
+
+if TYPE_CHECKING:
+    from ..base.settings import Settings
 
 
 log = logging.getLogger(__name__)
@@ -84,12 +87,18 @@ class RpcClient:
         rate_limit: float = 0.0,
         backoff_max: float = 10.0,
         patience: float | None = DEFAULT_PATIENCE,
+        compression: str = "auto",
+        max_answer: int = MAX_ANSWER_BYTES,
     ) -> None:
         """`rate_limit`: the most calls per second each endpoint is sent (0: no ceiling; the
         rates adapt below it); `max_batch`: calls per HTTP request until an endpoint wants fewer;
         `patience`: the seconds of nothing but rate limits (refusals, and waits the limiter asks)
         after which a batch is `RateLimited` (None: no end; 0: at the first refusal, which then
-        holds nothing back: a health check's)."""
+        holds nothing back: a health check's); `compression`: whether answers are asked gzipped
+        ("auto", "gzip", "none": `rpc_transport.accepted_encoding`); `max_answer`: the most bytes
+        an answer is read to, decompressed, before it is too large."""
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.patience = patience
@@ -102,11 +111,18 @@ class RpcClient:
             label = endpoint_label(url)
             metrics.counted.endpoint(label)
             rate = AdaptiveRate(rate_limit or None, on_change=self._show_rate(label))
-            self.endpoints.append(Endpoint(url, label, max_batch, rate))
+            self.endpoints.append(Endpoint(url, label, max_batch, rate, compression, max_answer))
             metrics.counted.rpc_rate.labels(label).set(rate.rate or 0)
             metrics.counted.rpc_batch_size.labels(label).set(max_batch)
         self._next = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, cfg: Settings, urls: Sequence[str] | None = None, **options: Any) -> RpcClient:
+        """A client of `urls` (by default the settings' endpoints) with the settings' timeout,
+        attempts, compression and largest answer; `options` set the rest."""
+        return cls(cfg.rpc_urls if urls is None else urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
+                   compression=cfg.rpc_compression, max_answer=cfg.rpc_max_answer_mb << 20, **options)
 
     # -- public -------------------------------------------------------------------------------
 

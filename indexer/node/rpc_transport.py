@@ -1,10 +1,13 @@
 """One HTTP request of JSON-RPC calls to one endpoint (`post`): sent on the endpoint's session of
-this thread, its answer read a megabyte at a time and parsed by msgspec, each call's result
-matched by id, a call's error kept as `Failed`, a request that failed as a whole `Refused`.
+this thread, its answer read a megabyte at a time (gzipped only from a node far away:
+`accepted_encoding`; never past the endpoint's `max_answer` bytes) and parsed by msgspec, each
+call's result matched by id, a call's error kept as `Failed`, a request that failed as a whole
+`Refused`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -15,6 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
+from urllib.parse import urlsplit
 
 import msgspec
 import orjson
@@ -36,6 +40,14 @@ Call = tuple[str, Sequence[Any]]
 # worker 19% more CPU (BENCHMARKS.md, "An answer's body read a megabyte at a time").
 BODY_PIECE = 1 << 20
 
+# The largest answer read, once decompressed, unless told (INDEXER_RPC_MAX_ANSWER_MB): a batch
+# of mainnet's blocks is tens of megabytes, and a node that sends without end, or a few
+# megabytes of gzip that inflate to gigabytes, would otherwise take the worker's memory.
+MAX_ANSWER_BYTES = 256 << 20
+
+# What INDEXER_RPC_COMPRESSION asks the node for (`accepted_encoding`).
+COMPRESSIONS = ("auto", "gzip", "none")
+
 
 @dataclass(eq=False)
 class Endpoint:
@@ -43,14 +55,20 @@ class Endpoint:
     label: str
     max_batch: int
     rate: AdaptiveRate
+    compression: str = "auto"
+    max_answer: int = MAX_ANSWER_BYTES
     unsupported: set[str] = field(default_factory=set)  # methods it answered "method not found" for
     _local: threading.local = field(default_factory=threading.local)
+    _encoding: str | None = None  # `accepted_encoding`, decided at the first session
 
     def session(self) -> requests.Session:
         s = getattr(self._local, "session", None)
         if s is None:
             s = _Session()
             s.headers["Content-Type"] = "application/json"
+            if self._encoding is None:
+                self._encoding = accepted_encoding(self.url, self.compression)
+            s.headers["Accept-Encoding"] = self._encoding
             # What requests reads from the environment before every request (the proxies and
             # NO_PROXY, a CA bundle, ~/.netrc), read once: the URL never changes, and reading it
             # was a quarter of the HTTP client's CPU a request (BENCHMARKS.md, "The environment
@@ -65,7 +83,8 @@ class Endpoint:
 
 class _Session(requests.Session):
     """A session that reads the environment once (`Endpoint.session`), and again, as requests does
-    by default, for a redirect's new URL: its netrc entry and its proxies."""
+    by default, for a redirect's new URL: its netrc entry and its proxies. A redirect's own body
+    is never read."""
 
     @contextmanager
     def _trusting_env(self) -> Iterator[None]:
@@ -75,6 +94,14 @@ class _Session(requests.Session):
         finally:
             self.trust_env = False
 
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        target = super().get_redirect_target(resp)
+        if target is not None:
+            # requests reads a redirect's body whole, inflated, before it follows it: a node
+            # could send a gzip bomb with its 307. Taken as read and empty, it is never read.
+            resp._content = b""
+        return target
+
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
         with self._trusting_env():
             super().rebuild_auth(prepared_request, response)
@@ -82,6 +109,42 @@ class _Session(requests.Session):
     def rebuild_proxies(self, prepared_request: requests.PreparedRequest, proxies: Any) -> dict[str, str]:
         with self._trusting_env():
             return super().rebuild_proxies(prepared_request, proxies)
+
+
+def accepted_encoding(url: str, compression: str) -> str:
+    """The Accept-Encoding the node at `url` is sent: "gzip" or "identity".
+
+    go-ethereum and Erigon gzip every answer whose request accepts it, and requests accepts it by
+    default. A mainnet block's answers, 1.5 MB of JSON, then cost the node about 30 ms of CPU to
+    compress and the worker 6 to 7 ms to inflate, 1.7x its whole CPU a block
+    (BENCHMARKS.md, "Answers gzipped only from a node far away"): worth it across the internet,
+    where they shrink to a third, and not from this machine or a private network, where bytes
+    are cheaper than CPU. So "auto" asks for gzip only from a node that is neither (`_nearby`)."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
+    if compression == "auto":
+        return "identity" if _nearby(urlsplit(url).hostname) else "gzip"
+    return "gzip" if compression == "gzip" else "identity"
+
+
+def _nearby(host: str | None) -> bool:
+    """Whether `host` is this machine or on a private network: a loopback, private (RFC 1918,
+    fc00::/7) or link-local address, or a name whose every address is one (a Docker or
+    Kubernetes service's). A name that does not resolve is far: its requests fail anyway."""
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):
+            return False
+        # An IPv6 address may carry its zone ("fe80::1%eth0").
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+    return bool(addresses) and all(a.is_loopback or a.is_private or a.is_link_local for a in addresses)
 
 
 @dataclass(eq=False)
@@ -128,17 +191,21 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
     body = orjson.dumps([{"jsonrpc": "2.0", "id": i, "method": s.call[0], "params": list(s.call[1])}
                          for i, s in enumerate(chunk)])
     where = endpoint.label
+    said = secrets.scrub
     methods = {s.call[0] for s in chunk}
     method = methods.pop() if len(methods) == 1 else "mixed"
     started = time.perf_counter()
     try:
         try:
             with endpoint.session().post(endpoint.url, data=body, timeout=timeout, stream=True) as resp:
-                content = b"".join(resp.iter_content(BODY_PIECE))
+                content = _body(resp, endpoint.max_answer, where)
         finally:
             metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
     except requests.Timeout:
         raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
+    except requests.exceptions.ContentDecodingError:
+        encoding = said(resp.headers.get("Content-Encoding", ""))[:40]
+        raise Refused(f"{where}: answer is not valid {encoding}, as its Content-Encoding says", "invalid_json") from None
     except requests.ConnectionError as exc:
         raise Refused(f"{where}: {_connection_failure(exc)}", "connection") from None
     except requests.RequestException as exc:  # its text may hold the full URL, key and all
@@ -149,9 +216,8 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
         answer = None
     except RecursionError:
         answer = _deep_json(content)
-    # Every text the node sends is scrubbed whole, before anything cuts it: a key cut in two
-    # is no longer found.
-    said = secrets.scrub
+    # Every text the node sends is scrubbed whole (`said`), before anything cuts it: a key cut
+    # in two is no longer found.
     if resp.status_code == 429:
         retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
         if retry_after is None and isinstance(answer, dict):
@@ -211,6 +277,23 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
     if all(r is MISSING for r in results):
         raise Refused(f"{where}: answer lacks all {len(chunk)} results", "incomplete")
     return results
+
+
+def _body(resp: requests.Response, limit: int, where: str) -> bytes:
+    """The answer's body, decompressed (by urllib3, a piece at a time, so a piece never inflates
+    past BODY_PIECE); `Refused` as too large past `limit` bytes: the batch is halved, and a single
+    call that large is asked of the other endpoints."""
+    too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
+    declared = resp.headers.get("Content-Length", "")
+    if declared.isdigit() and "Content-Encoding" not in resp.headers and int(declared) > limit:
+        raise too_large
+    pieces, size = [], 0
+    for piece in resp.iter_content(BODY_PIECE):
+        size += len(piece)
+        if size > limit:
+            raise too_large
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 # The nesting a JSON answer may have: a call tracer's tree of a transaction whose calls go the

@@ -145,8 +145,7 @@ class Following:
     set and `join` is called."""
 
     def __init__(self, cfg: Settings, name: str, stop: threading.Event) -> None:
-        client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
-                           rate_limit=cfg.rpc_rate_limit, patience=cfg.lease_seconds / 2)
+        client = RpcClient.from_settings(cfg, rate_limit=cfg.rpc_rate_limit, patience=cfg.lease_seconds / 2)
         self.planner = HeadPlanner(cfg, name, client)
         self.stop = stop
         self._planning = threading.Thread(target=self.planner.run, args=(stop,), name="head planner", daemon=True)

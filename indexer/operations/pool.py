@@ -125,7 +125,7 @@ def check_chain(cfg: Settings) -> tuple[int, str]:
     use). Returns the chain id, and the chain's name (its schema, for the metrics' label)."""
     ids = {}
     for url in cfg.rpc_urls:
-        client = RpcClient([url], timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts)
+        client = RpcClient.from_settings(cfg, [url])
         ids[client.endpoints[0].label] = chain.chain_id(client)
     if len(set(ids.values())) > 1:
         raise IndexerError(f"the RPC endpoints serve different chains: {ids}")

@@ -98,9 +98,8 @@ class Worker:
         self.stop = threading.Event()
         # Rate limits alone never fail a call; half a lease of nothing else gives the job back
         # in time, before the reaper would take it, attempt and all.
-        self.client = client = RpcClient(cfg.rpc_urls, timeout=cfg.rpc_timeout, max_attempts=cfg.rpc_max_attempts,
-                                         max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit,
-                                         patience=cfg.lease_seconds / 2)
+        self.client = client = RpcClient.from_settings(cfg, max_batch=cfg.rpc_batch, rate_limit=cfg.rpc_rate_limit,
+                                                         patience=cfg.lease_seconds / 2)
         self.endpoint_rates = endpoints.Recorder(client, self.name, every=cfg.rpc_status_seconds)  # for `status`
         self.safe_head = SafeHead(client, confirmations=cfg.confirmations, tag=cfg.safe_tag)
         self.prefetch = Prefetcher(partial(index_blocks.fetch, client, verify_roots=cfg.verify_roots, chain_id=chain_id),

@@ -1,11 +1,12 @@
 """An HTTP server on a loopback port (a free one unless given), serving from a thread of its own:
 the body the fault proxy, the replay node and the mainnet-shaped node share. Each POST's body goes to `handle(request, body)`, which answers
-with `send`."""
+with `send`: gzipped when the request accepts it, as go-ethereum and Erigon answer."""
 
 from __future__ import annotations
 
 import sys
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
@@ -53,11 +54,25 @@ class LoopbackServer:
         self.close()
 
 
+def gzip_accepted(request: BaseHTTPRequestHandler) -> bool:
+    """Whether the request accepts a gzipped answer, as go-ethereum reads it (`strings.Contains`)."""
+    return "gzip" in request.headers.get("Accept-Encoding", "")
+
+
+def gzipped(content: bytes) -> bytes:
+    """`content` in gzip, at go-ethereum's level (Go's default, 6)."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return compressor.compress(content) + compressor.flush()
+
+
 def send(request: BaseHTTPRequestHandler, status: int, content: bytes, headers: dict[str, str] | None = None,
          content_type: str = "application/json") -> None:
     try:
         request.send_response(status)
         request.send_header("Content-Type", content_type)
+        if gzip_accepted(request):
+            content = gzipped(content)
+            request.send_header("Content-Encoding", "gzip")
         request.send_header("Content-Length", str(len(content)))
         for k, v in (headers or {}).items():
             request.send_header(k, v)

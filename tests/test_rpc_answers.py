@@ -1,0 +1,172 @@
+"""How a node's answers are read: gzipped or not (INDEXER_RPC_COMPRESSION), never past the largest
+answer allowed (INDEXER_RPC_MAX_ANSWER_MB), and what a node that lies about either gets.
+
+The servers are the loopback ones the test nodes share, which gzip an answer whenever the
+request accepts it, as go-ethereum and Erigon do."""
+
+from __future__ import annotations
+
+import logging
+import tracemalloc
+import zlib
+from typing import Callable, Iterator
+
+import orjson
+import pytest
+
+from indexer.chaindata import chain
+from indexer.node.rpc import RpcClient
+from indexer.node.rpc_errors import RpcError
+from indexer.testing import fixtures
+from indexer.testing.loopback import LoopbackServer, gzipped, send
+from indexer.testing.mainnet_node import MainnetNode
+from indexer.testing.replay import ReplayNode
+
+Answer = Callable[[list[dict]], tuple[bytes, dict[str, str]]]
+
+
+class Node(LoopbackServer):
+    """Answers each call with `result(call)`; keeps each request's Accept-Encoding and whether the
+    answer went out gzipped. `raw`, when set, is sent instead, as it is, with its headers."""
+
+    def __init__(self, result: Callable[[dict], object] = lambda call: "0x1") -> None:
+        self.asked: list[str | None] = []
+        self.raw: Answer | None = None
+
+        def handle(request, body: bytes) -> None:
+            calls = orjson.loads(body)
+            self.asked.append(request.headers.get("Accept-Encoding"))
+            if self.raw is not None:
+                content, headers = self.raw(calls)
+                request.send_response(200)
+                for k, v in {"Content-Type": "application/json", "Content-Length": str(len(content)), **headers}.items():
+                    request.send_header(k, v)
+                request.end_headers()
+                request.wfile.write(content)
+                return
+            send(request, 200, orjson.dumps([{"jsonrpc": "2.0", "id": c["id"], "result": result(c)} for c in calls]))
+
+        super().__init__(handle)
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    with Node(lambda call: call["params"][0]) as n:
+        yield n
+
+
+def answers(calls: list[dict]) -> bytes:
+    return orjson.dumps([{"jsonrpc": "2.0", "id": c["id"], "result": c["params"][0]} for c in calls])
+
+
+def test_a_node_on_this_machine_is_asked_for_its_answers_uncompressed(node):
+    assert RpcClient([node.url]).batch([("echo", ["0xab"]), ("echo", ["0xcd"])]) == ["0xab", "0xcd"]
+    assert node.asked == ["identity"]
+
+
+def test_asked_for_gzip_the_answers_come_gzipped_and_read_the_same(node):
+    def as_asked(calls: list[dict]) -> tuple[bytes, dict[str, str]]:
+        if node.asked[-1] == "gzip":
+            return gzipped(answers(calls)), {"Content-Encoding": "gzip"}
+        return answers(calls), {}
+
+    node.raw = as_asked
+    assert RpcClient([node.url], compression="gzip").batch([("echo", [hex(n)]) for n in range(300)]) == \
+        [hex(n) for n in range(300)]
+    assert node.asked == ["gzip"] * 3  # 100 calls a request
+
+
+def test_recorded_blocks_make_the_same_rows_gzipped_or_not():
+    """Every recorded mainnet block, fetched, checked and its roots checked through gzip, makes the
+    same rows as uncompressed."""
+    with ReplayNode() as replay:
+        numbers = sorted(int(fixtures.load(n)["block"]["number"], 16) for n in fixtures.names() if n.startswith("mainnet-"))
+        plain = RpcClient([replay.url])
+        packed = RpcClient([replay.url], compression="gzip")
+        for number in numbers:
+            rows = chain.fetch(packed, number, number, verify_roots=True, chain_id=1)
+            assert rows == chain.fetch(plain, number, number, verify_roots=True, chain_id=1)
+            assert len(rows.blocks) == 1
+
+
+def test_mainnet_shaped_batches_make_the_same_rows_gzipped_or_not():
+    with MainnetNode(18_000_000, 18_000_019, templates=4) as mainnet:
+        packed = chain.fetch(RpcClient([mainnet.url], compression="gzip"), 18_000_000, 18_000_019,
+                             verify_roots=True, chain_id=1)
+        assert packed == chain.fetch(RpcClient([mainnet.url]), 18_000_000, 18_000_019, verify_roots=True, chain_id=1)
+        assert len(packed.blocks) == 20 and len(packed.transactions) > 1_000 and packed.unproven == []
+
+
+def test_a_node_that_gzips_unasked_is_read_all_the_same(node):
+    node.raw = lambda calls: (gzipped(answers(calls)), {"Content-Encoding": "gzip"})
+    assert RpcClient([node.url]).call("echo", "0x12") == "0x12"
+    assert node.asked == ["identity"]
+
+
+def test_an_answer_that_is_not_the_gzip_it_claims_is_refused_and_another_endpoint_asked(node):
+    node.raw = lambda calls: (answers(calls), {"Content-Encoding": "gzip"})
+    with pytest.raises(RpcError, match=r"^echo failed after 2 attempts; last: http://127\.0\.0\.1:\d+: answer is not valid gzip, "
+                                       "as its Content-Encoding says"):
+        RpcClient([node.url], max_attempts=2, backoff_max=0).call("echo", "0x1")
+    with Node(lambda call: call["params"][0]) as honest:
+        assert RpcClient([node.url, honest.url], backoff_max=0).batch([("echo", [hex(n)]) for n in range(6)]) == \
+            [hex(n) for n in range(6)]
+
+
+def test_a_gzip_bomb_is_refused_as_too_large_without_being_inflated(node):
+    """A megabyte of gzip that inflates to a gigabyte: the client stops at its limit (8 MB here)
+    having held little more than that, and says which setting allows more."""
+    member = gzipped(b" " * (16 << 20))
+    bomb = member * 64  # gzip members one after another are one answer: 1 GB of spaces
+    node.raw = lambda calls: (bomb, {"Content-Encoding": "gzip"})
+    client = RpcClient([node.url], max_attempts=1, max_answer=8 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RpcError, match=r"answer larger than 8 MB \(INDEXER_RPC_MAX_ANSWER_MB\), even for a single "
+                                           "echo call"):
+            client.call("echo", "0x1")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(bomb) < 2 << 20 and zlib.decompressobj(31).decompress(member) == b" " * (16 << 20)
+    assert peak < 32 << 20
+
+
+def test_a_redirect_s_body_is_never_read_so_a_gzip_bomb_in_it_is_not_inflated(node):
+    """requests reads a redirect's body whole, inflated, before following it: not here."""
+    bomb = gzipped(b" " * (16 << 20)) * 64
+
+    def redirect(request, body: bytes) -> None:
+        request.send_response(307)
+        for k, v in {"Location": node.url, "Content-Encoding": "gzip", "Content-Length": str(len(bomb))}.items():
+            request.send_header(k, v)
+        request.end_headers()
+        request.wfile.write(bomb)
+
+    with LoopbackServer(redirect) as redirector:
+        client = RpcClient([redirector.url], max_attempts=1)
+        tracemalloc.start()
+        try:
+            assert client.call("echo", "0x7") == "0x7"
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert node.asked == ["identity"]
+    assert peak < 32 << 20
+
+
+def test_a_batch_whose_answer_is_past_the_limit_is_halved_until_it_fits(caplog):
+    with Node(lambda call: "0x" + "ab" * (512 << 10)) as big:  # a megabyte a result
+        client = RpcClient([big.url], max_batch=16, max_answer=5 << 20)
+        with caplog.at_level(logging.WARNING):
+            results = client.batch([("big", [n]) for n in range(16)])
+    assert results == ["0x" + "ab" * (512 << 10)] * 16
+    assert client.endpoints[0].max_batch == 4
+    assert "found a batch of 16 calls too large; sending it at most 8 from now on" in caplog.text
+    assert "found a batch of 8 calls too large; sending it at most 4 from now on" in caplog.text
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_its_body_is_read(node):
+    node.raw = lambda calls: (answers(calls), {"Content-Length": str(1 << 40)})
+    with pytest.raises(RpcError, match=r"answer larger than 1 MB \(INDEXER_RPC_MAX_ANSWER_MB\), even for a single"):
+        RpcClient([node.url], max_attempts=1, max_answer=1 << 20, timeout=5).call("echo", "0x1")

@@ -1,0 +1,56 @@
+"""Which nodes are asked for gzipped answers (INDEXER_RPC_COMPRESSION): by default only one that
+is neither on this machine nor on a private network, where compressing costs both sides more
+CPU than the bandwidth it saves."""
+
+from __future__ import annotations
+
+import pytest
+
+from indexer.base.settings import Settings
+from indexer.node.rpc import RpcClient
+from indexer.node.rpc_transport import accepted_encoding
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8545", "http://127.8.9.10", "http://localhost:8545", "http://node.localhost",
+    "http://[::1]:8545", "http://10.0.0.5:8545", "http://172.16.0.1", "http://172.31.255.254",
+    "http://192.168.1.2/rpc?key=x", "http://[fd00::1]:8545", "http://169.254.10.1", "http://[fe80::1]",
+    "https://user:secret@10.1.2.3:443/v1/key",
+])
+def test_a_node_on_this_machine_or_a_private_network_is_asked_for_answers_uncompressed(url):
+    assert accepted_encoding(url, "auto") == "identity"
+
+
+@pytest.mark.parametrize("url", [
+    "https://8.8.8.8/v2/key", "http://1.1.1.1:8545", "http://[2001:4860:4860::8888]:8545",
+    "http://172.32.0.1", "http://100.64.0.1",  # outside 172.16/12; carrier-grade NAT is not a private network
+    "http://node.invalid:8545",  # does not resolve: its requests fail anyway
+])
+def test_a_node_far_away_is_asked_for_gzip(url):
+    assert accepted_encoding(url, "auto") == "gzip"
+
+
+def test_the_setting_overrides_where_the_node_is():
+    assert accepted_encoding("http://127.0.0.1:8545", "gzip") == "gzip"
+    assert accepted_encoding("https://8.8.8.8", "none") == "identity"
+
+
+def test_an_unknown_compression_is_refused_at_once():
+    with pytest.raises(ValueError, match="compression must be one of auto, gzip, none, not 'br'"):
+        RpcClient(["http://127.0.0.1:1"], compression="br")
+    with pytest.raises(ValueError, match="compression must be one of"):
+        accepted_encoding("http://127.0.0.1:1", "zstd")
+
+
+def test_the_settings_reach_the_client(monkeypatch):
+    monkeypatch.setenv("INDEXER_RPC_COMPRESSION", "gzip")
+    monkeypatch.setenv("INDEXER_RPC_MAX_ANSWER_MB", "3")
+    endpoint = RpcClient.from_settings(Settings(_env_file=None), ["http://127.0.0.1:1"]).endpoints[0]
+    assert (endpoint.compression, endpoint.max_answer) == ("gzip", 3 << 20)
+    assert endpoint.session().headers["Accept-Encoding"] == "gzip"
+
+
+def test_an_unknown_compression_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("INDEXER_RPC_COMPRESSION", "brotli")
+    with pytest.raises(ValueError, match="rpc_compression"):
+        Settings(_env_file=None)
