@@ -277,6 +277,9 @@ def test_bench_parse_fetches_every_block_with_each_parser():
     assert {r[0] for r in table_rows(out, "msgspec") + table_rows(out, "orjson")} == {"msgspec", "orjson"}, out
     assert all(float(r[1]) > 0 for r in table_rows(out, "msgspec") + table_rows(out, "orjson")), out
     assert "40 mainnet-shaped blocks" in out
+    ((size, small, compressing, inflating),) = [r[1:] for r in table_rows(out, "10-block batches")]
+    assert int(size.replace(",", "")) > 2 * int(small.split()[0].replace(",", "")) > 0, out
+    assert float(compressing) > float(inflating) > 0, out
 
 
 def test_bench_rows_compares_the_c_lines_with_rows_py_on_each_batch():
