@@ -274,8 +274,9 @@ def test_bench_peers_runs_the_peers_beside_the_indexer_on_both_chains():
 def test_bench_parse_fetches_every_block_with_each_parser():
     out = subprocess.run([sys.executable, "scripts/bench_parse.py", "--blocks", "40", "--batch", "10", "--rounds", "1"],
                          cwd=REPO, text=True, capture_output=True, timeout=300, check=True).stdout
-    assert {r[0] for r in table_rows(out, "msgspec") + table_rows(out, "orjson")} == {"msgspec", "orjson"}, out
-    assert all(float(r[1]) > 0 for r in table_rows(out, "msgspec") + table_rows(out, "orjson")), out
+    ways = table_rows(out, "msgspec") + table_rows(out, "orjson")
+    assert {r[0] for r in ways} == {"msgspec", "orjson", "msgspec, read in 1 MB pieces"}, out
+    assert all(float(r[1]) > 0 for r in ways), out
     assert "40 mainnet-shaped blocks" in out
     ((size, small, compressing, inflating),) = [r[1:] for r in table_rows(out, "10-block batches")]
     assert int(size.replace(",", "")) > 2 * int(small.split()[0].replace(",", "")) > 0, out

@@ -7,6 +7,7 @@ request accepts it, as go-ethereum and Erigon do."""
 from __future__ import annotations
 
 import logging
+import time
 import tracemalloc
 import zlib
 from typing import Callable, Iterator
@@ -111,6 +112,50 @@ def test_an_answer_that_is_not_the_gzip_it_claims_is_refused_and_another_endpoin
     with Node(lambda call: call["params"][0]) as honest:
         assert RpcClient([node.url, honest.url], backoff_max=0).batch([("echo", [hex(n)]) for n in range(6)]) == \
             [hex(n) for n in range(6)]
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_an_answer_cut_short_of_its_length_is_a_failed_attempt_and_asked_again(node, encoding):
+    """The node closes the connection halfway through the body it declared."""
+    cut = []
+
+    def halfway(calls: list[dict]) -> tuple[bytes, dict[str, str]]:
+        content = answers(calls) if encoding == "identity" else gzipped(answers(calls))
+        headers = {} if encoding == "identity" else {"Content-Encoding": "gzip"}
+        if not cut:
+            cut.append(len(content))
+            return content[:len(content) // 2], {**headers, "Content-Length": str(len(content)), "Connection": "close"}
+        return content, headers
+
+    node.raw = halfway
+    assert RpcClient([node.url], compression="gzip", backoff_max=0).batch([("echo", [hex(n)]) for n in range(50)]) == \
+        [hex(n) for n in range(50)]
+    assert len(node.asked) == 2
+    with pytest.raises(RpcError, match=r"^echo failed after 1 attempt; last: http://127\.0\.0\.1:\d+: answer cut short: "
+                                       "the connection closed before its end$"):
+        cut.clear()
+        RpcClient([node.url], compression="gzip", max_attempts=1).call("echo", "0x1" * 2000)
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_an_answer_that_stalls_halfway_is_a_timeout(encoding):
+    def stalls(request, body: bytes) -> None:
+        content = answers(orjson.loads(body))
+        content = gzipped(content) if encoding == "gzip" else content
+        request.send_response(200)
+        request.send_header("Content-Length", str(len(content)))
+        if encoding == "gzip":
+            request.send_header("Content-Encoding", "gzip")
+        request.end_headers()
+        request.wfile.write(content[:len(content) // 2])
+        request.wfile.flush()
+        time.sleep(1.5)
+
+    with LoopbackServer(stalls) as stalling:
+        with pytest.raises(RpcError, match=r"^echo failed after 1 attempt; last: http://127\.0\.0\.1:\d+: no answer within "
+                                           r"0\.5 s$"):
+            RpcClient([stalling.url], compression=encoding.replace("identity", "none"), max_attempts=1,
+                      timeout=0.5).call("echo", "0x1" * 5000)
 
 
 def test_a_gzip_bomb_is_refused_as_too_large_without_being_inflated(node):

@@ -1,8 +1,8 @@
 """One HTTP request of JSON-RPC calls to one endpoint (`post`): sent on the endpoint's session of
-this thread, its answer read a megabyte at a time (gzipped only from a node far away:
-`accepted_encoding`; never past the endpoint's `max_answer` bytes) and parsed by msgspec, each
-call's result matched by id, a call's error kept as `Failed`, a request that failed as a whole
-`Refused`.
+this thread, its answer read in one piece or a megabyte at a time (`_body`; gzipped only from a
+node far away: `accepted_encoding`; never past the endpoint's `max_answer` bytes) and parsed by
+msgspec, each call's result matched by id, a call's error kept as `Failed`, a request that
+failed as a whole `Refused`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import msgspec
 import orjson
 import requests
+import urllib3
 
 from ..base import metrics
 from ..base.errors import Secrets
@@ -35,9 +36,10 @@ log = logging.getLogger(__name__)
 
 Call = tuple[str, Sequence[Any]]
 
-# Bytes of an answer read at a time: a batch of mainnet's blocks is megabytes, and requests'
-# own 10 KB pieces each cost a trip through requests, urllib3 and http.client: fetching took a
-# worker 19% more CPU (BENCHMARKS.md, "An answer's body read a megabyte at a time").
+# Bytes of an answer read at a time when it is not read in one piece (`_body`): a batch of
+# mainnet's blocks is megabytes, and requests' own 10 KB pieces each cost a trip through requests,
+# urllib3 and http.client: fetching took a worker 19% more CPU (BENCHMARKS.md, "An answer's body
+# read a megabyte at a time").
 BODY_PIECE = 1 << 20
 
 # The largest answer read, once decompressed, unless told (INDEXER_RPC_MAX_ANSWER_MB): a batch
@@ -203,10 +205,15 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
             metrics.counted.rpc_seconds.labels(where, method).observe(time.perf_counter() - started)
     except requests.Timeout:
         raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
+    except requests.exceptions.ChunkedEncodingError:
+        raise Refused(f"{where}: answer cut short: the connection closed before its end", "http") from None
     except requests.exceptions.ContentDecodingError:
         encoding = said(resp.headers.get("Content-Encoding", ""))[:40]
         raise Refused(f"{where}: answer is not valid {encoding}, as its Content-Encoding says", "invalid_json") from None
     except requests.ConnectionError as exc:
+        if isinstance(exc.args[0] if exc.args else None, urllib3.exceptions.ReadTimeoutError):
+            # requests' reading of a body that stalls midway (iter_content)
+            raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
         raise Refused(f"{where}: {_connection_failure(exc)}", "connection") from None
     except requests.RequestException as exc:  # its text may hold the full URL, key and all
         raise Refused(f"{where}: {type(exc).__name__}", "http") from None
@@ -285,8 +292,18 @@ def _body(resp: requests.Response, limit: int, where: str) -> bytes:
     call that large is asked of the other endpoints."""
     too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
     declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and "Content-Encoding" not in resp.headers and int(declared) > limit:
-        raise too_large
+    if declared.isdigit() and resp.headers.get("Content-Encoding", "identity") == "identity" and not resp.raw.chunked:
+        if int(declared) > limit:
+            raise too_large
+        # Its length known and nothing to inflate: read in one piece, straight from the socket.
+        # Piece by piece, urllib3 copies each piece through a buffer, and the pieces are joined:
+        # three more copies of 1.5 MB a mainnet block (BENCHMARKS.md, "An answer read in one piece").
+        try:
+            return resp.raw.read(decode_content=False)
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise requests.exceptions.ReadTimeout(exc) from None
+        except urllib3.exceptions.ProtocolError as exc:  # as requests' own reading turns it
+            raise requests.exceptions.ChunkedEncodingError(exc) from None
     pieces, size = [], 0
     for piece in resp.iter_content(BODY_PIECE):
         size += len(piece)
