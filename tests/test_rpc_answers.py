@@ -211,6 +211,13 @@ def test_a_batch_whose_answer_is_past_the_limit_is_halved_until_it_fits(caplog):
     assert "found a batch of 8 calls too large; sending it at most 4 from now on" in caplog.text
 
 
+@pytest.mark.parametrize("length", ["\u00b2", "-5", "12abc", ""])
+def test_a_declared_length_that_is_not_a_number_is_read_to_the_connection_s_end(node, length):
+    """http.client then reads to the end of the connection, which the node closes."""
+    node.raw = lambda calls: (answers(calls), {"Content-Length": length, "Connection": "close"})
+    assert RpcClient([node.url], max_attempts=1).call("echo", "0x3") == "0x3"
+
+
 def test_a_declared_length_past_the_limit_is_refused_before_its_body_is_read(node):
     node.raw = lambda calls: (answers(calls), {"Content-Length": str(1 << 40)})
     with pytest.raises(RpcError, match=r"answer larger than 1 MB \(INDEXER_RPC_MAX_ANSWER_MB\), even for a single"):

@@ -292,7 +292,9 @@ def _body(resp: requests.Response, limit: int, where: str) -> bytes:
     call that large is asked of the other endpoints."""
     too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
     declared = resp.headers.get("Content-Length", "")
-    if declared.isdigit() and resp.headers.get("Content-Encoding", "identity") == "identity" and not resp.raw.chunked:
+    # (isdigit alone takes "²", which int() refuses)
+    if declared.isascii() and declared.isdigit() and resp.headers.get("Content-Encoding", "identity") == "identity" \
+            and not resp.raw.chunked:
         if int(declared) > limit:
             raise too_large
         # Its length known and nothing to inflate: read in one piece, straight from the socket.
