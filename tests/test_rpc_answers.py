@@ -200,6 +200,23 @@ def test_a_redirect_s_body_is_never_read_so_a_gzip_bomb_in_it_is_not_inflated(no
     assert peak < 32 << 20
 
 
+def test_a_redirect_to_the_same_host_is_followed_on_a_connection_of_its_own():
+    """A trailing-slash redirect on one keep-alive connection: its body is not read, so the
+    connection is closed, not reused with the body still in it."""
+    connections: set[int] = set()
+
+    def slash(request, body: bytes) -> None:
+        connections.add(request.client_address[1])
+        if request.path == "/rpc":
+            return send(request, 307, b'{"moved": true}', {"Location": "/rpc/"})
+        send(request, 200, answers(orjson.loads(body)))
+
+    with LoopbackServer(slash) as node:
+        client = RpcClient([node.url + "/rpc"], max_attempts=1)
+        assert [client.call("echo", hex(n)) for n in range(5)] == [hex(n) for n in range(5)]
+    assert len(connections) <= 6
+
+
 def test_a_batch_whose_answer_is_past_the_limit_is_halved_until_it_fits(caplog):
     with Node(lambda call: "0x" + "ab" * (512 << 10)) as big:  # a megabyte a result
         client = RpcClient([big.url], max_batch=16, max_answer=5 << 20)
@@ -211,14 +228,29 @@ def test_a_batch_whose_answer_is_past_the_limit_is_halved_until_it_fits(caplog):
     assert "found a batch of 8 calls too large; sending it at most 4 from now on" in caplog.text
 
 
-@pytest.mark.parametrize("length", ["\u00b2", "-5", "12abc", ""])
+@pytest.mark.parametrize("length", ["\u00b2", "-5", "12abc", "", "0" * 4300 + "9"])
 def test_a_declared_length_that_is_not_a_number_is_read_to_the_connection_s_end(node, length):
     """http.client then reads to the end of the connection, which the node closes."""
     node.raw = lambda calls: (answers(calls), {"Content-Length": length, "Connection": "close"})
     assert RpcClient([node.url], max_attempts=1).call("echo", "0x3") == "0x3"
 
 
-def test_a_declared_length_past_the_limit_is_refused_before_its_body_is_read(node):
-    node.raw = lambda calls: (answers(calls), {"Content-Length": str(1 << 40)})
+@pytest.mark.parametrize("status, kind", [(429, "rate limited"), (503, "HTTP 503")])
+def test_an_error_answer_is_read_for_its_words_only_whatever_its_size(status, kind):
+    """A 429 or 503 declaring more than the largest answer is still a rate limit or a server
+    error, not an answer too large: only its first 64 KB are read."""
+    def refuse(request, body: bytes) -> None:
+        send(request, status, b"too busy " * (300_000))
+
+    with LoopbackServer(refuse) as node:
+        client = RpcClient([node.url], max_attempts=1, max_answer=1 << 20, patience=0)
+        with pytest.raises(RpcError, match=kind):
+            client.batch([("echo", ["0x1"]), ("echo", ["0x2"])])
+        assert client.endpoints[0].max_batch == 100
+
+
+@pytest.mark.parametrize("length", [str(1 << 40), "9" * 5000])
+def test_a_declared_length_past_the_limit_is_refused_before_its_body_is_read(node, length):
+    node.raw = lambda calls: (answers(calls), {"Content-Length": length})
     with pytest.raises(RpcError, match=r"answer larger than 1 MB \(INDEXER_RPC_MAX_ANSWER_MB\), even for a single"):
         RpcClient([node.url], max_attempts=1, max_answer=1 << 20, timeout=5).call("echo", "0x1")

@@ -47,6 +47,9 @@ BODY_PIECE = 1 << 20
 # megabytes of gzip that inflate to gigabytes, would otherwise take the worker's memory.
 MAX_ANSWER_BYTES = 256 << 20
 
+# What is read of an answer other than HTTP 200: enough for its error's words.
+ERROR_BODY = 64 << 10
+
 # What INDEXER_RPC_COMPRESSION asks the node for (`accepted_encoding`).
 COMPRESSIONS = ("auto", "gzip", "none")
 
@@ -68,9 +71,8 @@ class Endpoint:
         if s is None:
             s = _Session()
             s.headers["Content-Type"] = "application/json"
-            if self._encoding is None:
-                self._encoding = accepted_encoding(self.url, self.compression)
-            s.headers["Accept-Encoding"] = self._encoding
+            self._encoding = self._encoding or accepted_encoding(self.url, self.compression)
+            s.headers["Accept-Encoding"] = self._encoding or "gzip"
             # What requests reads from the environment before every request (the proxies and
             # NO_PROXY, a CA bundle, ~/.netrc), read once: the URL never changes, and reading it
             # was a quarter of the HTTP client's CPU a request (BENCHMARKS.md, "The environment
@@ -79,7 +81,8 @@ class Endpoint:
             s.proxies = requests.utils.get_environ_proxies(requests.Request("POST", self.url).prepare().url)
             s.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
             s.auth = requests.utils.get_netrc_auth(self.url)
-            self._local.session = s
+            if self._encoding is not None:  # (else this session serves one request: `accepted_encoding`)
+                self._local.session = s
         return s
 
 
@@ -100,7 +103,10 @@ class _Session(requests.Session):
         target = super().get_redirect_target(resp)
         if target is not None:
             # requests reads a redirect's body whole, inflated, before it follows it: a node
-            # could send a gzip bomb with its 307. Taken as read and empty, it is never read.
+            # could send a gzip bomb with its 307. Taken as read and empty, it is never read, and
+            # its connection is closed rather than reused with the body still in it (a redirect
+            # to the same host would read that body as the next answer).
+            resp.raw.close()
             resp._content = b""
         return target
 
@@ -113,8 +119,9 @@ class _Session(requests.Session):
             return super().rebuild_proxies(prepared_request, proxies)
 
 
-def accepted_encoding(url: str, compression: str) -> str:
-    """The Accept-Encoding the node at `url` is sent: "gzip" or "identity".
+def accepted_encoding(url: str, compression: str) -> str | None:
+    """The Accept-Encoding the node at `url` is sent: "gzip" or "identity"; None while "auto"
+    cannot tell (the host's name does not resolve): gzip then, and asked again at the next request.
 
     go-ethereum and Erigon gzip every answer whose request accepts it, and requests accepts it by
     default. A mainnet block's answers, 1.5 MB of JSON, then cost the node about 30 ms of CPU to
@@ -125,16 +132,25 @@ def accepted_encoding(url: str, compression: str) -> str:
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
     if compression == "auto":
-        return "identity" if _nearby(urlsplit(url).hostname) else "gzip"
+        nearby = _nearby(urlsplit(url).hostname)
+        return None if nearby is None else "identity" if nearby else "gzip"
     return "gzip" if compression == "gzip" else "identity"
 
 
-def _nearby(host: str | None) -> bool:
-    """Whether `host` is this machine or on a private network: a loopback, private (RFC 1918,
-    fc00::/7) or link-local address, or a name whose every address is one (a Docker or
-    Kubernetes service's). A name that does not resolve is far: its requests fail anyway."""
+# This machine and the private networks: loopback, RFC 1918, link-local, IPv6's unique local
+# addresses. (Python's `is_private` also takes documentation, benchmarking and reserved ranges,
+# and 2001::/23, Teredo's among them.)
+_NEARBY = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                             "169.254.0.0/16", "::1/128", "fc00::/7", "fe80::/10")]
+
+
+def _nearby(host: str | None) -> bool | None:
+    """Whether `host` is this machine or on a private network (`_NEARBY`): an address there, or
+    a name whose every address is (a Docker or Kubernetes service's); None for a name that does
+    not resolve."""
     if not host:
         return False
+    host = host.rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
@@ -143,10 +159,12 @@ def _nearby(host: str | None) -> bool:
         try:
             found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
         except (OSError, UnicodeError):
-            return False
+            return None
         # An IPv6 address may carry its zone ("fe80::1%eth0").
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
-    return bool(addresses) and all(a.is_loopback or a.is_private or a.is_link_local for a in addresses)
+    # An IPv4 address written as IPv6 (::ffff:10.0.0.1) is where its IPv4 address is.
+    addresses = [getattr(a, "ipv4_mapped", None) or a for a in addresses]
+    return bool(addresses) and all(any(a in net for net in _NEARBY) for a in addresses)
 
 
 @dataclass(eq=False)
@@ -289,30 +307,46 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
 def _body(resp: requests.Response, limit: int, where: str) -> bytes:
     """The answer's body, decompressed (by urllib3, a piece at a time, so a piece never inflates
     past BODY_PIECE); `Refused` as too large past `limit` bytes: the batch is halved, and a single
-    call that large is asked of the other endpoints."""
+    call that large is asked of the other endpoints. Of an answer other than HTTP 200 only the
+    first ERROR_BODY bytes are read: its words, whatever its size."""
+    if resp.status_code != 200:
+        return _pieces(resp, ERROR_BODY, None)
     too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
     declared = resp.headers.get("Content-Length", "")
-    # (isdigit alone takes "²", which int() refuses)
-    if declared.isascii() and declared.isdigit() and resp.headers.get("Content-Encoding", "identity") == "identity" \
-            and not resp.raw.chunked:
-        if int(declared) > limit:
-            raise too_large
+    plain = declared.isascii() and declared.isdigit() and not resp.raw.chunked \
+        and resp.headers.get("Content-Encoding", "identity") == "identity"
+    # (A dozen digits are past any limit; int() refuses 4,300 and more.)
+    if plain and (len(digits := declared.lstrip("0")) > 12 or int(digits or "0") > limit):
+        raise too_large
+    # Only a length http.client reads as one ("²", or 5,000 digits, it takes for no length and
+    # reads to the connection's end, which only the pieces count).
+    if plain and len(declared) <= 12:
         # Its length known and nothing to inflate: read in one piece, straight from the socket.
         # Piece by piece, urllib3 copies each piece through a buffer, and the pieces are joined:
         # three more copies of 1.5 MB a mainnet block (BENCHMARKS.md, "An answer read in one piece").
         try:
             return resp.raw.read(decode_content=False)
-        except urllib3.exceptions.ReadTimeoutError as exc:
-            raise requests.exceptions.ReadTimeout(exc) from None
-        except urllib3.exceptions.ProtocolError as exc:  # as requests' own reading turns it
-            raise requests.exceptions.ChunkedEncodingError(exc) from None
+        except urllib3.exceptions.HTTPError as exc:  # as requests' own reading turns them
+            if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+                raise requests.exceptions.ReadTimeout(exc) from None
+            if isinstance(exc, urllib3.exceptions.ProtocolError):
+                raise requests.exceptions.ChunkedEncodingError(exc) from None
+            raise requests.ConnectionError(exc) from None  # a TLS record that does not decrypt
+    return _pieces(resp, limit, too_large)
+
+
+def _pieces(resp: requests.Response, limit: int, too_large: Refused | None) -> bytes:
+    """The body read a piece at a time up to `limit` bytes: past it, `too_large` is raised, or
+    with None the body is cut there."""
     pieces, size = [], 0
     for piece in resp.iter_content(BODY_PIECE):
+        pieces.append(piece)
         size += len(piece)
         if size > limit:
-            raise too_large
-        pieces.append(piece)
-    return b"".join(pieces)
+            if too_large is not None:
+                raise too_large
+            break
+    return b"".join(pieces)[:limit]
 
 
 # The nesting a JSON answer may have: a call tracer's tree of a transaction whose calls go the

@@ -8,6 +8,7 @@ import pytest
 
 from indexer.base.settings import Settings
 from indexer.node.rpc import RpcClient
+from indexer.node import rpc_transport
 from indexer.node.rpc_transport import accepted_encoding
 
 
@@ -15,7 +16,7 @@ from indexer.node.rpc_transport import accepted_encoding
     "http://127.0.0.1:8545", "http://127.8.9.10", "http://localhost:8545", "http://node.localhost",
     "http://[::1]:8545", "http://10.0.0.5:8545", "http://172.16.0.1", "http://172.31.255.254",
     "http://192.168.1.2/rpc?key=x", "http://[fd00::1]:8545", "http://169.254.10.1", "http://[fe80::1]",
-    "https://user:secret@10.1.2.3:443/v1/key",
+    "https://user:secret@10.1.2.3:443/v1/key", "http://localhost.:8545", "http://[::ffff:10.0.0.1]:8545",
 ])
 def test_a_node_on_this_machine_or_a_private_network_is_asked_for_answers_uncompressed(url):
     assert accepted_encoding(url, "auto") == "identity"
@@ -24,10 +25,24 @@ def test_a_node_on_this_machine_or_a_private_network_is_asked_for_answers_uncomp
 @pytest.mark.parametrize("url", [
     "https://8.8.8.8/v2/key", "http://1.1.1.1:8545", "http://[2001:4860:4860::8888]:8545",
     "http://172.32.0.1", "http://100.64.0.1",  # outside 172.16/12; carrier-grade NAT is not a private network
-    "http://node.invalid:8545",  # does not resolve: its requests fail anyway
+    # What Python's is_private also takes: Teredo (2001::/32), documentation, benchmarking, reserved.
+    "http://[2001:0:4136:e378::1]", "http://192.0.2.10", "http://198.18.0.1", "http://240.0.0.1",
+    "http://[::ffff:8.8.8.8]",
 ])
 def test_a_node_far_away_is_asked_for_gzip(url):
     assert accepted_encoding(url, "auto") == "gzip"
+
+
+def test_a_name_that_does_not_resolve_is_asked_for_gzip_until_it_does(monkeypatch):
+    assert accepted_encoding("http://node.invalid:8545", "auto") is None
+    endpoint = RpcClient(["http://node.invalid:8545"]).endpoints[0]
+    first = endpoint.session()
+    assert first.headers["Accept-Encoding"] == "gzip" and endpoint.session() is not first  # not kept
+    real = rpc_transport.socket.getaddrinfo
+    monkeypatch.setattr(rpc_transport.socket, "getaddrinfo",
+                        lambda host, *a, **k: real("127.0.0.1", *a, **k) if host == "node.invalid" else real(host, *a, **k))
+    decided = endpoint.session()
+    assert decided.headers["Accept-Encoding"] == "identity" and endpoint.session() is decided
 
 
 def test_the_setting_overrides_where_the_node_is():
