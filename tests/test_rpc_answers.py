@@ -217,6 +217,16 @@ def test_a_redirect_to_the_same_host_is_followed_on_a_connection_of_its_own():
     assert len(connections) <= 6
 
 
+def test_a_redirect_loop_ends_in_words_that_say_so():
+    def loop(request, body: bytes) -> None:
+        send(request, 307, b"", {"Location": "/again"})
+
+    with LoopbackServer(loop) as node:
+        with pytest.raises(RpcError, match=r"^echo failed after 1 attempt; last: http://127\.0\.0\.1:\d+: redirected "
+                                           r"more than 30 times \(a loop\?\)$"):
+            RpcClient([node.url], max_attempts=1).call("echo", "0x1")
+
+
 def test_a_batch_whose_answer_is_past_the_limit_is_halved_until_it_fits(caplog):
     with Node(lambda call: "0x" + "ab" * (512 << 10)) as big:  # a megabyte a result
         client = RpcClient([big.url], max_batch=16, max_answer=5 << 20)
@@ -238,12 +248,12 @@ def test_a_declared_length_that_is_not_a_number_is_read_to_the_connection_s_end(
 @pytest.mark.parametrize("status, kind", [(429, "rate limited"), (503, "HTTP 503")])
 def test_an_error_answer_is_read_for_its_words_only_whatever_its_size(status, kind):
     """A 429 or 503 declaring more than the largest answer is still a rate limit or a server
-    error, not an answer too large: only its first 64 KB are read."""
+    error, not an answer too large: only its first megabyte is read."""
     def refuse(request, body: bytes) -> None:
-        send(request, status, b"too busy " * (300_000))
+        send(request, status, b"too busy " * (600_000))
 
     with LoopbackServer(refuse) as node:
-        client = RpcClient([node.url], max_attempts=1, max_answer=1 << 20, patience=0)
+        client = RpcClient([node.url], max_attempts=1, max_answer=2 << 20, patience=0)
         with pytest.raises(RpcError, match=kind):
             client.batch([("echo", ["0x1"]), ("echo", ["0x2"])])
         assert client.endpoints[0].max_batch == 100

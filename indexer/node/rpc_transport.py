@@ -47,8 +47,11 @@ BODY_PIECE = 1 << 20
 # megabytes of gzip that inflate to gigabytes, would otherwise take the worker's memory.
 MAX_ANSWER_BYTES = 256 << 20
 
-# What is read of an answer other than HTTP 200: enough for its error's words.
-ERROR_BODY = 64 << 10
+# What is read of an answer other than HTTP 200: its error's words, a piece's worth.
+ERROR_BODY = BODY_PIECE
+
+# How long a name that did not resolve is taken for far away before "auto" tries it again.
+UNDECIDED_SECONDS = 60.0
 
 # What INDEXER_RPC_COMPRESSION asks the node for (`accepted_encoding`).
 COMPRESSIONS = ("auto", "gzip", "none")
@@ -64,15 +67,14 @@ class Endpoint:
     max_answer: int = MAX_ANSWER_BYTES
     unsupported: set[str] = field(default_factory=set)  # methods it answered "method not found" for
     _local: threading.local = field(default_factory=threading.local)
-    _encoding: str | None = None  # `accepted_encoding`, decided at the first session
+    _encoding: str | None = None  # `accepted_encoding`, once decided
+    _tried: float | None = None  # when it last could not be (monotonic seconds)
 
     def session(self) -> requests.Session:
         s = getattr(self._local, "session", None)
         if s is None:
             s = _Session()
             s.headers["Content-Type"] = "application/json"
-            self._encoding = self._encoding or accepted_encoding(self.url, self.compression)
-            s.headers["Accept-Encoding"] = self._encoding or "gzip"
             # What requests reads from the environment before every request (the proxies and
             # NO_PROXY, a CA bundle, ~/.netrc), read once: the URL never changes, and reading it
             # was a quarter of the HTTP client's CPU a request (BENCHMARKS.md, "The environment
@@ -81,9 +83,21 @@ class Endpoint:
             s.proxies = requests.utils.get_environ_proxies(requests.Request("POST", self.url).prepare().url)
             s.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
             s.auth = requests.utils.get_netrc_auth(self.url)
-            if self._encoding is not None:  # (else this session serves one request: `accepted_encoding`)
-                self._local.session = s
+            s.headers["Accept-Encoding"] = self._accepted(s)
+            self._local.session = s
+        elif self._encoding is None:
+            s.headers["Accept-Encoding"] = self._accepted(s)
         return s
+
+    def _accepted(self, s: requests.Session) -> str:
+        """The Accept-Encoding to send (`accepted_encoding`): a node reached through a proxy is
+        taken for far away; a name that did not resolve is tried again a minute later at most,
+        gzip meanwhile (a resolver that hangs then costs each request nothing)."""
+        if self._encoding is None and (self._tried is None or time.monotonic() - self._tried >= UNDECIDED_SECONDS):
+            self._tried = time.monotonic()
+            proxied = self.compression == "auto" and urlsplit(self.url).scheme in s.proxies
+            self._encoding = "gzip" if proxied else accepted_encoding(self.url, self.compression)
+        return self._encoding or "gzip"
 
 
 class _Session(requests.Session):
@@ -141,7 +155,8 @@ def accepted_encoding(url: str, compression: str) -> str | None:
 # addresses. (Python's `is_private` also takes documentation, benchmarking and reserved ranges,
 # and 2001::/23, Teredo's among them.)
 _NEARBY = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-                                             "169.254.0.0/16", "::1/128", "fc00::/7", "fe80::/10")]
+                                             "169.254.0.0/16", "::1/128", "fc00::/7", "fe80::/10",
+                                             "0.0.0.0/32", "::/128")]  # (a listen address copied: this machine)
 
 
 def _nearby(host: str | None) -> bool | None:
@@ -225,6 +240,8 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
         raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
     except requests.exceptions.ChunkedEncodingError:
         raise Refused(f"{where}: answer cut short: the connection closed before its end", "http") from None
+    except requests.TooManyRedirects:
+        raise Refused(f"{where}: redirected more than {endpoint.session().max_redirects} times (a loop?)", "http") from None
     except requests.exceptions.ContentDecodingError:
         encoding = said(resp.headers.get("Content-Encoding", ""))[:40]
         raise Refused(f"{where}: answer is not valid {encoding}, as its Content-Encoding says", "invalid_json") from None
@@ -308,7 +325,7 @@ def _body(resp: requests.Response, limit: int, where: str) -> bytes:
     """The answer's body, decompressed (by urllib3, a piece at a time, so a piece never inflates
     past BODY_PIECE); `Refused` as too large past `limit` bytes: the batch is halved, and a single
     call that large is asked of the other endpoints. Of an answer other than HTTP 200 only the
-    first ERROR_BODY bytes are read: its words, whatever its size."""
+    first ERROR_BODY bytes are read (its words), whatever its size."""
     if resp.status_code != 200:
         return _pieces(resp, ERROR_BODY, None)
     too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
@@ -326,12 +343,10 @@ def _body(resp: requests.Response, limit: int, where: str) -> bytes:
         # three more copies of 1.5 MB a mainnet block (BENCHMARKS.md, "An answer read in one piece").
         try:
             return resp.raw.read(decode_content=False)
-        except urllib3.exceptions.HTTPError as exc:  # as requests' own reading turns them
-            if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
-                raise requests.exceptions.ReadTimeout(exc) from None
-            if isinstance(exc, urllib3.exceptions.ProtocolError):
-                raise requests.exceptions.ChunkedEncodingError(exc) from None
-            raise requests.ConnectionError(exc) from None  # a TLS record that does not decrypt
+        except urllib3.exceptions.ReadTimeoutError as exc:
+            raise requests.exceptions.ReadTimeout(exc) from None
+        except urllib3.exceptions.HTTPError as exc:  # the connection closed, a TLS record that does not decrypt
+            raise requests.exceptions.ChunkedEncodingError(exc) from None
     return _pieces(resp, limit, too_large)
 
 
@@ -342,10 +357,10 @@ def _pieces(resp: requests.Response, limit: int, too_large: Refused | None) -> b
     for piece in resp.iter_content(BODY_PIECE):
         pieces.append(piece)
         size += len(piece)
-        if size > limit:
-            if too_large is not None:
-                raise too_large
+        if too_large is None and size >= limit:
             break
+        if size > limit:
+            raise too_large
     return b"".join(pieces)[:limit]
 
 

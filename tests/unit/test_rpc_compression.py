@@ -17,6 +17,7 @@ from indexer.node.rpc_transport import accepted_encoding
     "http://[::1]:8545", "http://10.0.0.5:8545", "http://172.16.0.1", "http://172.31.255.254",
     "http://192.168.1.2/rpc?key=x", "http://[fd00::1]:8545", "http://169.254.10.1", "http://[fe80::1]",
     "https://user:secret@10.1.2.3:443/v1/key", "http://localhost.:8545", "http://[::ffff:10.0.0.1]:8545",
+    "http://0.0.0.0:8545", "http://[::]:8545",  # a node's listen address copied: this machine
 ])
 def test_a_node_on_this_machine_or_a_private_network_is_asked_for_answers_uncompressed(url):
     assert accepted_encoding(url, "auto") == "identity"
@@ -33,16 +34,32 @@ def test_a_node_far_away_is_asked_for_gzip(url):
     assert accepted_encoding(url, "auto") == "gzip"
 
 
-def test_a_name_that_does_not_resolve_is_asked_for_gzip_until_it_does(monkeypatch):
+def test_a_name_that_does_not_resolve_is_asked_for_gzip_and_tried_again_a_minute_later(monkeypatch):
     assert accepted_encoding("http://node.invalid:8545", "auto") is None
     endpoint = RpcClient(["http://node.invalid:8545"]).endpoints[0]
-    first = endpoint.session()
-    assert first.headers["Accept-Encoding"] == "gzip" and endpoint.session() is not first  # not kept
+    session = endpoint.session()
+    assert session.headers["Accept-Encoding"] == "gzip"
     real = rpc_transport.socket.getaddrinfo
-    monkeypatch.setattr(rpc_transport.socket, "getaddrinfo",
-                        lambda host, *a, **k: real("127.0.0.1", *a, **k) if host == "node.invalid" else real(host, *a, **k))
-    decided = endpoint.session()
-    assert decided.headers["Accept-Encoding"] == "identity" and endpoint.session() is decided
+    asked = []
+
+    def resolves(host, *args, **kwargs):
+        asked.append(host)
+        return real("127.0.0.1" if host == "node.invalid" else host, *args, **kwargs)
+
+    monkeypatch.setattr(rpc_transport.socket, "getaddrinfo", resolves)
+    assert endpoint.session() is session and session.headers["Accept-Encoding"] == "gzip" and asked == []
+    endpoint._tried -= rpc_transport.UNDECIDED_SECONDS  # a minute later
+    assert endpoint.session() is session and session.headers["Accept-Encoding"] == "identity"
+    assert asked == ["node.invalid"]
+    endpoint.session()
+    assert asked == ["node.invalid"]  # decided: never asked again
+
+
+@pytest.mark.parametrize("no_proxy, expected", [("", "gzip"), ("10.0.0.5", "identity")])
+def test_a_node_reached_through_a_proxy_is_asked_for_gzip(monkeypatch, no_proxy, expected):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    assert RpcClient(["http://10.0.0.5:8545"]).endpoints[0].session().headers["Accept-Encoding"] == expected
 
 
 def test_the_setting_overrides_where_the_node_is():
