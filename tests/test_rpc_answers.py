@@ -217,6 +217,20 @@ def test_a_redirect_to_the_same_host_is_followed_on_a_connection_of_its_own():
     assert len(connections) <= 6
 
 
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_redirect_that_would_repeat_the_call_as_a_get_is_refused_naming_where_the_node_went(status):
+    """requests repeats a POST moved by 301, 302 or 303 as a GET without its body, which a node
+    answers with a parse error: the address it moved to is named instead (its key left out)."""
+    def moved(request, body: bytes) -> None:
+        send(request, status, b"", {"Location": "https://node.example:8443/v2/SECRETKEY"})
+
+    with LoopbackServer(moved) as node:
+        with pytest.raises(RpcError, match=rf"^echo failed after 1 attempt; last: http://127\.0\.0\.1:\d+: answered HTTP "
+                                           rf"{status}, moved to https://node\.example:8443: a JSON-RPC call is not "
+                                           r"repeated there; give that address in INDEXER_RPC_URL$"):
+            RpcClient([node.url], max_attempts=1).call("echo", "0x1")
+
+
 def test_a_redirect_loop_ends_in_words_that_say_so():
     def loop(request, body: bytes) -> None:
         send(request, 307, b"", {"Location": "/again"})

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import msgspec
 import orjson
@@ -27,6 +27,7 @@ import urllib3
 
 from ..base import metrics
 from ..base.errors import Secrets
+from ..base.urls import endpoint_label
 from .rpc_errors import (ERROR, PRUNED, RATE_LIMITED, TOO_LARGE, UNSUPPORTED, backoff_seconds, classify,
                          retry_after_seconds)
 from .rpc_rate import AdaptiveRate
@@ -115,6 +116,13 @@ class _Session(requests.Session):
 
     def get_redirect_target(self, resp: requests.Response) -> str | None:
         target = super().get_redirect_target(resp)
+        if target is not None and resp.status_code in (301, 302, 303):
+            # Followed, they repeat the call as a GET without its body, which a node answers
+            # with a parse error: say where the node went instead.
+            resp.raw.close()
+            moved = endpoint_label(urljoin(resp.url, target))
+            raise Moved(f"answered HTTP {resp.status_code}, moved to {moved}: a JSON-RPC call is not repeated "
+                        "there; give that address in INDEXER_RPC_URL")
         if target is not None:
             # requests reads a redirect's body whole, inflated, before it follows it: a node
             # could send a gzip bomb with its 307. Taken as read and empty, it is never read, and
@@ -131,6 +139,10 @@ class _Session(requests.Session):
     def rebuild_proxies(self, prepared_request: requests.PreparedRequest, proxies: Any) -> dict[str, str]:
         with self._trusting_env():
             return super().rebuild_proxies(prepared_request, proxies)
+
+
+class Moved(requests.RequestException):
+    """A node's redirect that would lose the call (301, 302, 303)."""
 
 
 def accepted_encoding(url: str, compression: str) -> str | None:
@@ -240,6 +252,8 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
         raise Refused(f"{where}: no answer within {timeout:g} s", "timeout") from None
     except requests.exceptions.ChunkedEncodingError:
         raise Refused(f"{where}: answer cut short: the connection closed before its end", "http") from None
+    except Moved as exc:
+        raise Refused(f"{where}: {exc}", "http") from None
     except requests.TooManyRedirects:
         raise Refused(f"{where}: redirected more than {endpoint.session().max_redirects} times (a loop?)", "http") from None
     except requests.exceptions.ContentDecodingError:
