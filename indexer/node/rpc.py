@@ -63,7 +63,8 @@ from ..base.urls import endpoint_label
 from .rpc_batch import Fallback, Work
 from .rpc_errors import ERROR, LIMITS, PRUNED, RATE_LIMITED, TIMEOUT_TEXT, TOO_LARGE, UNSUPPORTED, RateLimited, RpcError
 from .rpc_rate import AdaptiveRate
-from .rpc_transport import COMPRESSIONS, MAX_ANSWER_BYTES, MISSING, Call, Endpoint, Failed, Refused, Slot, post
+from .rpc_encoding import COMPRESSIONS
+from .rpc_transport import MAX_ANSWER_BYTES, MISSING, Call, Endpoint, Failed, Refused, Slot, post
 
 if TYPE_CHECKING:
     from ..base.settings import Settings
@@ -95,7 +96,7 @@ class RpcClient:
         `patience`: the seconds of nothing but rate limits (refusals, and waits the limiter asks)
         after which a batch is `RateLimited` (None: no end; 0: at the first refusal, which then
         holds nothing back: a health check's); `compression`: whether answers are asked gzipped
-        ("auto", "gzip", "none": `rpc_transport.accepted_encoding`); `max_answer`: the most bytes
+        ("auto", "gzip", "none": `rpc_encoding.accepted_encoding`); `max_answer`: the most bytes
         an answer is read to, decompressed, before it is too large."""
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")

@@ -8,8 +8,8 @@ import pytest
 
 from indexer.base.settings import Settings
 from indexer.node.rpc import RpcClient
-from indexer.node import rpc_transport
-from indexer.node.rpc_transport import accepted_encoding
+from indexer.node import rpc_encoding
+from indexer.node.rpc_encoding import accepted_encoding
 
 
 @pytest.mark.parametrize("url", [
@@ -39,16 +39,16 @@ def test_a_name_that_does_not_resolve_is_asked_for_gzip_and_tried_again_a_minute
     endpoint = RpcClient(["http://node.invalid:8545"]).endpoints[0]
     session = endpoint.session()
     assert session.headers["Accept-Encoding"] == "gzip"
-    real = rpc_transport.socket.getaddrinfo
+    real = rpc_encoding.socket.getaddrinfo
     asked = []
 
     def resolves(host, *args, **kwargs):
         asked.append(host)
         return real("127.0.0.1" if host == "node.invalid" else host, *args, **kwargs)
 
-    monkeypatch.setattr(rpc_transport.socket, "getaddrinfo", resolves)
+    monkeypatch.setattr(rpc_encoding.socket, "getaddrinfo", resolves)
     assert endpoint.session() is session and session.headers["Accept-Encoding"] == "gzip" and asked == []
-    endpoint._tried -= rpc_transport.UNDECIDED_SECONDS  # a minute later
+    endpoint._tried -= rpc_encoding.UNDECIDED_SECONDS  # a minute later
     assert endpoint.session() is session and session.headers["Accept-Encoding"] == "identity"
     assert asked == ["node.invalid"]
     endpoint.session()
