@@ -65,6 +65,16 @@ def test_a_node_on_this_machine_is_asked_for_its_answers_uncompressed(node):
     assert node.asked == ["identity"]
 
 
+@pytest.mark.parametrize("compression, asked", [("auto", "identity"), ("gzip", "gzip")])
+def test_the_pool_s_health_check_asks_as_the_workers_do(compression, asked):
+    from indexer.operations import health
+
+    with Node() as node:  # every call answered "0x1"
+        health.Dependencies("postgresql://127.0.0.1:1/x", [node.url], every=60, rpc_batch=10,
+                            compression=compression)._node()
+    assert node.asked == [asked]
+
+
 def test_asked_for_gzip_the_answers_come_gzipped_and_read_the_same(node):
     def as_asked(calls: list[dict]) -> tuple[bytes, dict[str, str]]:
         if node.asked[-1] == "gzip":

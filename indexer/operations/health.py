@@ -62,7 +62,8 @@ class Dependencies:
     """The database and the node endpoints, each checked every `every` seconds by a thread of its
     own (a check that hangs holds up no other). What answered is remembered by when."""
 
-    def __init__(self, database_url: str, rpc_urls: list[str], *, every: float, rpc_batch: int) -> None:
+    def __init__(self, database_url: str, rpc_urls: list[str], *, every: float, rpc_batch: int,
+                 compression: str = "auto") -> None:
         self.every = every
         self._answered = dict.fromkeys((DATABASE, NODE), time.monotonic())
         self._failing: set[str] = set()  # whose last check failed
@@ -75,8 +76,8 @@ class Dependencies:
         # Each client shows its endpoint's batch size among the workers' (the least of them is
         # shown): the size they start with, so that the checks never lower it. A rate limit
         # ends a check at once (patience 0), as an answer.
-        self._clients = [RpcClient([url], timeout=CHECK_TIMEOUT, max_attempts=1, max_batch=rpc_batch, patience=0)
-                         for url in rpc_urls]
+        self._clients = [RpcClient([url], timeout=CHECK_TIMEOUT, max_attempts=1, max_batch=rpc_batch, patience=0,
+                                   compression=compression) for url in rpc_urls]
         self._threads = [threading.Thread(target=self._loop, args=(name, check), name=f"health {name}", daemon=True)
                          for name, check in ((DATABASE, self._database), (NODE, self._node))]
 

@@ -168,7 +168,7 @@ class Pool:
         self.metrics_server: exporter.MetricsServer | None = None
         self.liveness = health.Liveness(LIVE_WITHIN_SECONDS)
         self.dependencies = health.Dependencies(cfg.chain_url, cfg.rpc_urls, every=cfg.health_seconds,
-                                                rpc_batch=cfg.rpc_batch)
+                                                rpc_batch=cfg.rpc_batch, compression=cfg.rpc_compression)
 
     def _fork(self, slot: int) -> None:
         """A first worker: a fork of this process while it has no thread and no connection."""
