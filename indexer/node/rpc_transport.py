@@ -51,6 +51,7 @@ MAX_ANSWER_BYTES = 256 << 20
 # What is read of an answer other than HTTP 200: its error's words, a piece's worth.
 ERROR_BODY = BODY_PIECE
 
+
 @dataclass(eq=False)
 class Endpoint:
     url: str
