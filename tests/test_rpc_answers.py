@@ -283,6 +283,23 @@ def test_an_error_answer_is_read_for_its_words_only_whatever_its_size(status, ki
         assert client.endpoints[0].max_batch == 100
 
 
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_an_error_answer_cut_short_is_still_what_its_status_says(node, encoding):
+    """A 429 whose body ends before its declared length (or is not the gzip it claims) is a
+    rate limit all the same, its Retry-After kept."""
+    def cut(request, body: bytes) -> None:
+        request.send_response(429)
+        for k, v in {"Content-Length": "2000000", "Retry-After": "7", "Connection": "close",
+                     **({"Content-Encoding": "gzip"} if encoding == "gzip" else {})}.items():
+            request.send_header(k, v)
+        request.end_headers()
+        request.wfile.write(b"too busy")
+
+    with LoopbackServer(cut) as limited:
+        with pytest.raises(RpcError, match="rate limited"):
+            RpcClient([limited.url], max_attempts=1, patience=0).call("echo", "0x1")
+
+
 @pytest.mark.parametrize("length", [str(1 << 40), "9" * 5000])
 def test_a_declared_length_past_the_limit_is_refused_before_its_body_is_read(node, length):
     node.raw = lambda calls: (answers(calls), {"Content-Length": length})

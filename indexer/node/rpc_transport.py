@@ -286,7 +286,10 @@ def _body(resp: requests.Response, limit: int, where: str) -> bytes:
     call that large is asked of the other endpoints. Of an answer other than HTTP 200 only the
     first ERROR_BODY bytes are read (its words), whatever its size."""
     if resp.status_code != 200:
-        return _pieces(resp, ERROR_BODY, None)
+        try:
+            return _pieces(resp, ERROR_BODY, None)
+        except requests.RequestException:  # its words cut short or garbled: its status says enough
+            return b""
     too_large = Refused(f"{where}: answer larger than {limit / (1 << 20):g} MB (INDEXER_RPC_MAX_ANSWER_MB)", TOO_LARGE)
     declared = resp.headers.get("Content-Length", "")
     plain = declared.isascii() and declared.isdigit() and not resp.raw.chunked \
