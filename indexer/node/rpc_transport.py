@@ -78,10 +78,10 @@ class Endpoint:
             s.proxies = requests.utils.get_environ_proxies(requests.Request("POST", self.url).prepare().url)
             s.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
             s.auth = requests.utils.get_netrc_auth(self.url)
-            s.headers["Accept-Encoding"] = self._accepted(s)
             self._local.session = s
-        elif self._encoding is None:
-            s.headers["Accept-Encoding"] = self._accepted(s)
+        # Each request: a session made while the node's name did not resolve takes the decision
+        # another thread's session made since.
+        s.headers["Accept-Encoding"] = self._accepted(s)
         return s
 
     def _accepted(self, s: requests.Session) -> str:

@@ -4,6 +4,8 @@ CPU than the bandwidth it saves."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from indexer.base.settings import Settings
@@ -53,6 +55,20 @@ def test_a_name_that_does_not_resolve_is_asked_for_gzip_and_tried_again_a_minute
     assert asked == ["node.invalid"]
     endpoint.session()
     assert asked == ["node.invalid"]  # decided: never asked again
+
+
+def test_a_thread_s_session_made_while_undecided_takes_the_decision_made_since(monkeypatch):
+    endpoint = RpcClient(["http://node.invalid:8545"]).endpoints[0]
+    with ThreadPoolExecutor(1) as other:  # one thread, its own session
+        first = other.submit(endpoint.session).result()
+        assert first.headers["Accept-Encoding"] == "gzip"
+        real = rpc_encoding.socket.getaddrinfo
+        monkeypatch.setattr(rpc_encoding.socket, "getaddrinfo",
+                            lambda host, *a, **k: real("127.0.0.1" if host == "node.invalid" else host, *a, **k))
+        endpoint._tried -= rpc_encoding.UNDECIDED_SECONDS
+        assert endpoint.session().headers["Accept-Encoding"] == "identity"  # decided in this thread
+        again = other.submit(endpoint.session).result()
+    assert again is first and again.headers["Accept-Encoding"] == "identity"
 
 
 @pytest.mark.parametrize("no_proxy, expected", [("", "gzip"), ("10.0.0.5", "identity")])
