@@ -6,10 +6,10 @@ mainnet-shaped batches (the mainnet-shaped node of indexer/testing/mainnet_node.
 their receipts), with the client as it is (msgspec, the body read in one piece), with orjson put
 in msgspec's place, and with the body read in 1 MB pieces and joined (as before "An answer read
 in one piece"), the three alternating `--rounds` times over the same blocks; ms per block, the
-median of the rounds, and the ratios. Then what gzip would
-cost the same answers (the node's bodies as a worker asks them, compressed at go-ethereum's level,
-zlib's 6 standing in for Go's): their size, the CPU to compress them (the node's, for each
-request that accepts gzip) and to inflate them (the worker's).
+median of the rounds, and the ratios. Then what gzip would cost the same answers (the node's
+bodies as a worker asks them, compressed at go-ethereum's level, zlib's 6 standing in for Go's):
+their size, the CPU to compress them (the node's, for each request that accepts gzip) and to
+inflate them (the worker's).
 
     .venv/bin/python scripts/bench_parse.py [--blocks 400] [--batch 20] [--rounds 5]
 """

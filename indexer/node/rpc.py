@@ -63,7 +63,7 @@ from ..base.urls import endpoint_label
 from .rpc_batch import Fallback, Work
 from .rpc_errors import ERROR, LIMITS, PRUNED, RATE_LIMITED, TIMEOUT_TEXT, TOO_LARGE, UNSUPPORTED, RateLimited, RpcError
 from .rpc_rate import AdaptiveRate
-from .rpc_encoding import COMPRESSIONS
+from .rpc_encoding import checked
 from .rpc_transport import MAX_ANSWER_BYTES, MISSING, Call, Endpoint, Failed, Refused, Slot, post
 
 if TYPE_CHECKING:
@@ -98,8 +98,7 @@ class RpcClient:
         holds nothing back: a health check's); `compression`: whether answers are asked gzipped
         ("auto", "gzip", "none": `rpc_encoding.accepted_encoding`); `max_answer`: the most bytes
         an answer is read to, decompressed, before it is too large."""
-        if compression not in COMPRESSIONS:
-            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
+        compression = checked(compression)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.patience = patience

@@ -14,6 +14,13 @@ UNDECIDED_SECONDS = 60.0
 COMPRESSIONS = ("auto", "gzip", "none")
 
 
+def checked(compression: str) -> str:
+    """`compression` if it is one of COMPRESSIONS; a ValueError naming them otherwise."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
+    return compression
+
+
 def accepted_encoding(url: str, compression: str) -> str | None:
     """The Accept-Encoding the node at `url` is sent: "gzip" or "identity"; None while "auto"
     cannot tell (the host's name does not resolve): the endpoint asks for gzip meanwhile and
@@ -25,9 +32,7 @@ def accepted_encoding(url: str, compression: str) -> str | None:
     (BENCHMARKS.md, "Answers gzipped only from a node far away"): worth it across the internet,
     where they shrink to a third, and not from this machine or a private network, where bytes
     are cheaper than CPU. So "auto" asks for gzip only from a node that is neither (`_nearby`)."""
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, not {compression!r}")
-    if compression == "auto":
+    if checked(compression) == "auto":
         nearby = _nearby(urlsplit(url).hostname)
         return None if nearby is None else "identity" if nearby else "gzip"
     return "gzip" if compression == "gzip" else "identity"

@@ -23,6 +23,7 @@ import msgspec
 import orjson
 import requests
 import urllib3
+from requests.models import DEFAULT_REDIRECT_LIMIT
 
 from ..base import metrics
 from ..base.errors import Secrets
@@ -110,20 +111,20 @@ class _Session(requests.Session):
 
     def get_redirect_target(self, resp: requests.Response) -> str | None:
         target = super().get_redirect_target(resp)
-        if target is not None and resp.status_code in (301, 302, 303):
+        if target is None:
+            return None
+        # requests reads a redirect's body whole, inflated, before it follows it: a node could
+        # send a gzip bomb with its 307. Its connection is closed rather than reused with the
+        # body still in it (a redirect to the same host would read that body as the next
+        # answer), and the body taken as read and empty.
+        resp.raw.close()
+        if resp.status_code in (301, 302, 303):
             # Followed, they repeat the call as a GET without its body, which a node answers
             # with a parse error: say where the node went instead.
-            resp.raw.close()
             moved = endpoint_label(urljoin(resp.url, target))
             raise Moved(f"answered HTTP {resp.status_code}, moved to {moved}: a JSON-RPC call is not repeated "
                         "there; give that address in INDEXER_RPC_URL")
-        if target is not None:
-            # requests reads a redirect's body whole, inflated, before it follows it: a node
-            # could send a gzip bomb with its 307. Taken as read and empty, it is never read, and
-            # its connection is closed rather than reused with the body still in it (a redirect
-            # to the same host would read that body as the next answer).
-            resp.raw.close()
-            resp._content = b""
+        resp._content = b""
         return target
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
@@ -200,7 +201,7 @@ def post(endpoint: Endpoint, chunk: list[Slot], *, timeout: float, secrets: Secr
     except Moved as exc:
         raise Refused(f"{where}: {exc}", "http") from None
     except requests.TooManyRedirects:
-        raise Refused(f"{where}: redirected more than {endpoint.session().max_redirects} times (a loop?)", "http") from None
+        raise Refused(f"{where}: redirected more than {DEFAULT_REDIRECT_LIMIT} times (a loop?)", "http") from None
     except requests.exceptions.ContentDecodingError:
         encoding = said(resp.headers.get("Content-Encoding", ""))[:40]
         raise Refused(f"{where}: answer is not valid {encoding}, as its Content-Encoding says", "invalid_json") from None
